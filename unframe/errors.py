@@ -1,0 +1,162 @@
+"""Typed errors. Each carries a one-line message for users, a hint, and an exit code.
+
+The CLI prints ``error: <message> (<hint>)`` and exits with ``exit_code``; a traceback is only
+shown with ``--debug``. The exit codes are documented in the README and must stay stable.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Blocker:
+    """One reason a stage cannot take a model: found by a pre-flight check, reported with the others."""
+
+    op: str
+    reason: str
+    node: str = ""
+    domain: str = ""
+    hint: str = ""
+
+    def __str__(self) -> str:
+        where = f"node {self.node!r} " if self.node else ""
+        dom = f"{self.domain}::" if self.domain and self.domain != "ai.onnx" else ""
+        hint = f" ({self.hint})" if self.hint else ""
+        return f"{where}[{dom}{self.op}]: {self.reason}{hint}"
+
+    def to_dict(self) -> dict[str, str]:
+        return asdict(self)
+
+
+class UnframeError(Exception):
+    """Base of every error a user can cause. ``str(e)`` is one line."""
+
+    exit_code = 1
+    kind = "error"
+
+    def __init__(self, message: str, hint: str = "", *, details: dict[str, Any] | None = None):
+        super().__init__(message)
+        self.message = " ".join(str(message).split())
+        self.hint = " ".join(str(hint).split())
+        self.details = details or {}
+
+    def __str__(self) -> str:
+        return f"{self.message} ({self.hint})" if self.hint else self.message
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "error": self.kind,
+            "exit_code": self.exit_code,
+            "message": self.message,
+            "hint": self.hint,
+            **self.details,
+        }
+
+
+class UsageError(UnframeError):
+    """Bad options or arguments."""
+
+    exit_code = 2
+    kind = "usage"
+
+
+class InputError(UnframeError):
+    """The input can't be read: missing, empty, corrupt, truncated, invalid graph, unsafe paths."""
+
+    exit_code = 3
+    kind = "input"
+
+
+class UnsupportedError(UnframeError):
+    """The model can't be taken by a stage: unsupported op, attribute, dtype or opset.
+
+    Carries *every* blocker found, not just the first.
+    """
+
+    exit_code = 4
+    kind = "unsupported"
+
+    def __init__(self, message: str, hint: str = "", *, blockers: list[Blocker] | None = None,
+                 details: dict[str, Any] | None = None):
+        self.blockers = list(blockers or [])
+        d = dict(details or {})
+        d["blockers"] = [b.to_dict() for b in self.blockers]
+        super().__init__(message, hint, details=d)
+
+
+class ParityError(UnframeError):
+    """A stage's outputs differ from the stage before it beyond tolerance."""
+
+    exit_code = 5
+    kind = "parity"
+
+    def __init__(self, message: str, hint: str = "", *, report: Any = None):
+        self.report = report
+        details = {"report": report.to_dict()} if report is not None else {}
+        super().__init__(message, hint, details=details)
+
+
+class TrustRequiredError(UnframeError):
+    """Loading would run code from the model file (pickle, full torch pickle, Keras Lambda)."""
+
+    exit_code = 6
+    kind = "trust-required"
+
+
+class OutputExistsError(UnframeError):
+    """The output exists and ``--force`` was not given."""
+
+    exit_code = 7
+    kind = "output-exists"
+
+
+class MissingExtraError(UnframeError):
+    """A framework the route needs is not installed."""
+
+    exit_code = 8
+    kind = "missing-extra"
+
+    def __init__(self, what: str, extra: str, packages: str = ""):
+        pk = f" (installs {packages})" if packages else ""
+        super().__init__(
+            f"{what} needs the '{extra}' extra, which is not installed",
+            f"run: pip install 'unframe[{extra}]'{pk}",
+            details={"extra": extra},
+        )
+
+
+class ConversionError(UnframeError):
+    """A wrapped tool (exporter, serializer, builder) failed on a model it should take."""
+
+    exit_code = 9
+    kind = "conversion"
+
+
+class RegistryError(UnframeError):
+    """A duplicate or malformed registration (a programming error in unframe or a plugin)."""
+
+    exit_code = 10
+    kind = "registry"
+
+
+EXIT_CODES: dict[int, str] = {
+    0: "success",
+    1: "internal error (a bug: please report it with --debug output)",
+    UsageError.exit_code: "usage: bad option or argument",
+    InputError.exit_code: "unreadable or invalid input (missing, corrupt, truncated, unsafe paths)",
+    UnsupportedError.exit_code: "unsupported op, attribute, dtype or opset for the target",
+    ParityError.exit_code: "parity failure: a stage's numbers differ from the stage before",
+    TrustRequiredError.exit_code: "trust required: loading would run code from the model file",
+    OutputExistsError.exit_code: "output exists (use --force to replace it)",
+    MissingExtraError.exit_code: "missing extra: a framework the route needs is not installed",
+    ConversionError.exit_code: "a wrapped tool failed during conversion",
+    RegistryError.exit_code: "duplicate or malformed registration (plugin error)",
+}
+
+__all__ = [
+    "Blocker", "UnframeError", "UsageError", "InputError", "UnsupportedError", "ParityError",
+    "TrustRequiredError", "OutputExistsError", "MissingExtraError", "ConversionError",
+    "RegistryError", "EXIT_CODES"
+]
