@@ -1,0 +1,1 @@
+"""ONNX -> CoreML backend. Importing this package must not import coremltools."""

@@ -1,0 +1,92 @@
+"""MILRunner: evaluate a saved .mlpackage / ML Program .mlmodel with the numpy MIL evaluator.
+
+The package is read back with coremltools' own milproto loader, weights included, so what is
+checked is the artifact that ships (after coremltools' passes), not the program in memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from unframe.converters.backends.coreml.mil_eval.evaluator import evaluate, numpy_dtype
+from unframe.errors import InputError, MissingExtraError
+from unframe.validate.runner import Runner, TensorSpec
+
+
+def load_program(source: str | Path | Any) -> Any:
+    """A coremltools MIL Program from a .mlpackage path, an .mlmodel path or an MLModel."""
+    ct = _coremltools()
+    from coremltools.converters.mil.frontend.milproto.load import load as milproto_load
+
+    model = source if isinstance(source, ct.models.MLModel) else _open_model(ct, Path(source))
+    spec = model.get_spec()
+    if spec.WhichOneof("Type") != "mlProgram":
+        raise InputError(f"{_describe(source)} is a neural network model, not an ML Program",
+                         "the MIL evaluator reads ML Programs (convert_to='mlprogram')")
+    weights_dir = model.weights_dir if model.is_package else ""
+    try:
+        return milproto_load(spec, spec.specificationVersion, weights_dir or "")
+    except Exception as exc:
+        raise InputError(f"coremltools could not load the MIL program of {_describe(source)}: "
+                         f"{type(exc).__name__}: {exc}", "check the package is complete") from exc
+
+
+def _open_model(ct: Any, path: Path) -> Any:
+    if not path.exists():
+        raise InputError(f"{path} does not exist", "give the path of a .mlpackage or .mlmodel")
+    try:
+        return ct.models.MLModel(str(path), skip_model_load=True)
+    except Exception as exc:
+        raise InputError(f"{path} is not a readable Core ML model: {type(exc).__name__}: {exc}",
+                         "check the file is a complete .mlpackage or .mlmodel") from exc
+
+
+def _describe(source: Any) -> str:
+    return str(source) if isinstance(source, (str, Path)) else type(source).__name__
+
+
+def _coremltools() -> Any:
+    try:
+        import coremltools as ct
+    except ImportError as exc:
+        raise MissingExtraError("the MIL evaluator", "coreml", "coremltools") from exc
+    return ct
+
+
+class MILRunner(Runner):
+    """Runs a Core ML ML Program on the numpy MIL evaluator (the only way to run one on Linux)."""
+
+    def __init__(self, source: str | Path | Any, function: str = "main") -> None:
+        ct = _coremltools()
+        self.source = source
+        self.function = function
+        self.program = load_program(source)
+        if function not in self.program.functions:
+            raise InputError(f"{_describe(source)} has no function {function!r}",
+                             f"functions: {', '.join(self.program.functions)}")
+        self.name = f"MIL evaluator (coremltools {ct.__version__})"
+        self.ops_evaluated: set[str] = set()
+
+    @property
+    def _function(self) -> Any:
+        return self.program.functions[self.function]
+
+    def input_specs(self) -> list[TensorSpec]:
+        return [TensorSpec(name, _shape(var), np.dtype(numpy_dtype(var.dtype)).name)
+                for name, var in self._function.inputs.items()]
+
+    def output_names(self) -> list[str]:
+        return [var.name for var in self._function.outputs]
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return evaluate(self.program, dict(feeds), self.function, record=self.ops_evaluated)
+
+
+def _shape(var: Any) -> tuple[int | str | None, ...] | None:
+    if var.shape is None:
+        return None
+    return tuple(int(d) if isinstance(d, (int, np.integer)) else str(d) for d in var.shape)
