@@ -13,6 +13,7 @@ has exactly one ``Registry`` instance and one decorator. Rules:
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import threading
 from collections.abc import Callable, Hashable, Iterable, Iterator
 from importlib import metadata
@@ -26,10 +27,12 @@ T = TypeVar("T")
 
 class Registry(Generic[T]):
     def __init__(self, kind: str, *, entry_point_group: str | None = None,
-                 builtins: Iterable[str] = ()) -> None:
+                 builtins: Iterable[str] = (),
+                 coerce: Callable[[Any], T] | None = None) -> None:
         self.kind = kind
         self.entry_point_group = entry_point_group
         self._builtins = list(builtins)
+        self._coerce = coerce  # turns an entry point's object into what is registered
         self._items: dict[Hashable, T] = {}
         self._origin: dict[Hashable, str] = {}
         self._loaded = False
@@ -66,6 +69,9 @@ class Registry(Generic[T]):
             self._loading = True
             try:
                 for mod in self._builtins:
+                    if importlib.util.find_spec(mod) is None:
+                        self.plugin_errors.append(f"built-in module {mod} is missing")
+                        continue
                     importlib.import_module(mod)
                 if self.entry_point_group:
                     self._load_entry_points(self.entry_point_group)
@@ -82,6 +88,8 @@ class Registry(Generic[T]):
                 continue
             if isinstance(obj, ModuleType):
                 continue  # importing it ran its decorators
+            if self._coerce is not None:
+                obj = self._coerce(obj)
             self.register(ep.name, obj, origin=f"entry point {ep.value}")
 
     def get(self, key: Hashable, default: Any = ...) -> T:

@@ -1,0 +1,231 @@
+"""Every bad input gets a one-line error naming the problem, a nonzero exit, no traceback,
+nothing written, and the input unchanged."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from click.testing import CliRunner
+from conftest import mlp_model, snapshot
+from onnx import TensorProto, helper, numpy_helper
+
+from unframe.cli.main import cli
+
+
+def _external_model(folder: Path, location: str) -> Path:
+    """An MLP whose weight W lives in external data at ``location``."""
+    model = mlp_model()
+    w = next(t for t in model.graph.initializer if t.name == "W")
+    w.data_location = TensorProto.EXTERNAL
+    w.ClearField("raw_data")
+    w.ClearField("float_data")
+    for k, v in (("location", location), ("offset", "0"), ("length", "48")):
+        e = w.external_data.add()
+        e.key, e.value = k, v
+    path = folder / "model.onnx"
+    onnx.save(model, path)
+    return path
+
+
+def _cycle(folder: Path) -> Path:
+    nodes = [helper.make_node("Relu", ["b"], ["a"], name="n1"), helper.make_node("Relu", ["a"], ["b"], name="n2"),
+             helper.make_node("Identity", ["a"], ["y"], name="n3")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
+    p = folder / "cycle.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), p)
+    return p
+
+
+def _dangling(folder: Path) -> Path:
+    nodes = [helper.make_node("Add", ["x", "ghost"], ["y"], name="adder")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
+    p = folder / "dangling.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), p)
+    return p
+
+
+def _unknown_domain(folder: Path) -> Path:
+    nodes = [helper.make_node("Frobnicate", ["x"], ["y"], domain="com.example.secret")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
+    p = folder / "domain.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13),
+                                                  helper.make_opsetid("com.example.secret", 1)]), p)
+    return p
+
+
+def _future_opset(folder: Path) -> Path:
+    m = mlp_model(opset=onnx.defs.onnx_opset_version() + 5)
+    p = folder / "future.onnx"
+    onnx.save(m, p)
+    return p
+
+
+def _make(kind: str, folder: Path) -> Path:
+    if kind == "empty":
+        p = folder / "empty.onnx"
+        p.write_bytes(b"")
+    elif kind == "random":
+        p = folder / "random.onnx"
+        p.write_bytes(np.random.default_rng(0).integers(0, 256, 4096, dtype=np.uint8).tobytes())
+    elif kind == "truncated":
+        data = mlp_model().SerializeToString()
+        p = folder / "truncated.onnx"
+        p.write_bytes(data[: len(data) * 2 // 3])
+    elif kind == "directory":
+        p = folder / "adir.onnx"
+        p.mkdir()
+    elif kind == "unknown_ext":
+        p = folder / "model.xyz"
+        p.write_bytes(mlp_model().SerializeToString())
+    elif kind == "cycle":
+        p = _cycle(folder)
+    elif kind == "dangling":
+        p = _dangling(folder)
+    elif kind == "domain":
+        p = _unknown_domain(folder)
+    elif kind == "future_opset":
+        p = _future_opset(folder)
+    elif kind == "ext_dotdot":
+        sub = folder / "m"
+        sub.mkdir()
+        (folder / "w.bin").write_bytes(np.zeros(12, np.float32).tobytes())
+        p = _external_model(sub, "../w.bin")
+    elif kind == "ext_absolute":
+        (folder / "w.bin").write_bytes(np.zeros(12, np.float32).tobytes())
+        p = _external_model(folder, str(folder / "w.bin"))
+    elif kind == "ext_symlink":
+        outside = folder / "outside"
+        outside.mkdir()
+        (outside / "w.bin").write_bytes(np.zeros(12, np.float32).tobytes())
+        sub = folder / "m"
+        sub.mkdir()
+        os.symlink(outside / "w.bin", sub / "w.bin")
+        p = _external_model(sub, "w.bin")
+    elif kind == "ext_missing":
+        p = _external_model(folder, "missing.bin")
+    else:
+        raise AssertionError(kind)
+    return p
+
+
+CASES = {
+    # kind: (expected exit code, words the message must contain)
+    "empty": (3, "empty"),
+    "random": (3, "not a readable ONNX file"),
+    "truncated": (3, "ONNX"),
+    "directory": (3, "is a directory"),
+    "unknown_ext": (3, "unknown model format"),
+    "cycle": (3, "cycle"),
+    "dangling": (3, "'ghost', which nothing produces"),
+    "domain": (4, "unknown op domain"),
+    "future_opset": (4, "newer than the installed onnx"),
+    "ext_dotdot": (3, "outside the model's folder"),
+    "ext_absolute": (3, "absolute path"),
+    "ext_symlink": (3, "resolves outside the model's folder"),
+    "ext_missing": (3, "missing"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(CASES))
+def test_bad_input_cli(kind: str, tmp_path: Path):
+    src = _make(kind, tmp_path)
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    before = snapshot(tmp_path)
+    result = CliRunner().invoke(cli, ["convert", str(src), "--to", "onnx", "-o", str(out_dir / "o.onnx"),
+                                      "--opset", "13"])
+    code, words = CASES[kind]
+    assert result.exit_code == code, result.output
+    err = result.stderr.strip()
+    assert err.startswith("error: ") and len(err.splitlines()) == 1, err
+    assert words in err
+    assert "Traceback" not in result.output
+    assert snapshot(tmp_path) == before  # nothing written, input unchanged
+    assert not list(out_dir.iterdir())
+
+
+def test_debug_shows_traceback(tmp_path: Path):
+    src = _make("random", tmp_path)
+    result = CliRunner().invoke(cli, ["convert", str(src), "-o", str(tmp_path / "o.onnx"), "--debug"])
+    assert result.exit_code == 3
+    assert "Traceback" in result.stderr
+
+
+def test_output_exists_needs_force(mlp_path: Path, tmp_path: Path):
+    out = tmp_path / "exists.onnx"
+    out.write_bytes(b"keep me")
+    result = CliRunner().invoke(cli, ["convert", str(mlp_path), "-o", str(out)])
+    assert result.exit_code == 7
+    assert "already exists" in result.stderr and "--force" in result.stderr
+    assert out.read_bytes() == b"keep me"
+    result = CliRunner().invoke(cli, ["convert", str(mlp_path), "-o", str(out), "--force"])
+    assert result.exit_code == 0, result.output
+    assert onnx.load(out).graph.node[0].op_type == "MatMul"
+
+
+def test_output_folder_missing(mlp_path: Path, tmp_path: Path):
+    result = CliRunner().invoke(cli, ["convert", str(mlp_path), "-o", str(tmp_path / "nope" / "o.onnx")])
+    assert result.exit_code == 2
+    assert "does not exist" in result.stderr
+    assert not (tmp_path / "nope").exists()
+
+
+def test_output_equal_to_input_is_refused_even_with_force(mlp_path: Path):
+    before = mlp_path.read_bytes()
+    result = CliRunner().invoke(cli, ["convert", str(mlp_path), "-o", str(mlp_path), "--force"])
+    assert result.exit_code == 2
+    assert "is the input" in result.stderr
+    assert mlp_path.read_bytes() == before
+
+
+def test_wrong_output_suffix(mlp_path: Path, tmp_path: Path):
+    result = CliRunner().invoke(cli, ["convert", str(mlp_path), "-o", str(tmp_path / "o.txt")])
+    assert result.exit_code == 2
+    assert "wrong suffix" in result.stderr
+
+
+def test_missing_output_argument(mlp_path: Path):
+    result = CliRunner().invoke(cli, ["convert", str(mlp_path)])
+    assert result.exit_code == 2
+    assert "no output path" in result.stderr
+
+
+def test_wrong_framework_claim(mlp_path: Path, tmp_path: Path):
+    """--from names a framework the file clearly isn't."""
+    from unframe.converters.registry import FRONTENDS
+
+    others = [n for n in FRONTENDS.keys() if n != "onnx"]
+    if not others:
+        pytest.skip("needs a second frontend registered")
+    result = CliRunner().invoke(cli, ["convert", str(mlp_path), "--from", others[0], "-o", str(tmp_path / "o.onnx")])
+    assert result.exit_code == 3
+    assert "looks like a onnx model" in result.stderr
+
+
+def test_unknown_target(mlp_path: Path, tmp_path: Path):
+    result = CliRunner().invoke(cli, ["convert", str(mlp_path), "--to", "nonsense", "-o", str(tmp_path / "o.x")])
+    assert result.exit_code == 2
+    assert "unknown target 'nonsense'" in result.stderr
+
+
+def test_external_data_model_converts_lazily(tmp_path: Path):
+    """A valid external-data model converts; its weights stay where they are."""
+    w = np.random.default_rng(0).standard_normal((4, 3)).astype(np.float32)
+    (tmp_path / "w.bin").write_bytes(w.tobytes())
+    src = _external_model(tmp_path, "w.bin")
+    before = snapshot(tmp_path)
+    out = tmp_path / "out"
+    out.mkdir()
+    result = CliRunner().invoke(cli, ["convert", str(src), "-o", str(out / "o.onnx")])
+    assert result.exit_code == 0, result.output
+    loaded = onnx.load(out / "o.onnx")
+    got = numpy_helper.to_array(next(t for t in loaded.graph.initializer if t.name == "W"))
+    np.testing.assert_array_equal(got, w)
+    assert {k: v for k, v in snapshot(tmp_path).items() if not k.startswith("out/")} == before

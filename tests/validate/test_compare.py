@@ -1,0 +1,91 @@
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from unframe.validate.compare import ParityReport, StageParity, compare, compare_arrays
+from unframe.validate.runner import Runner
+
+
+class FnRunner(Runner):
+    """A runner computing a numpy function: the reference side of these tests."""
+
+    def __init__(self, name, fn):
+        self.name = name
+        self.fn = fn
+
+    def run(self, feeds):
+        return self.fn(feeds)
+
+
+def test_float_within_default_tolerance_passes_and_reports_errors():
+    x = np.linspace(-1, 1, 10, dtype=np.float32)
+    res = compare_arrays("y", x, x + np.float32(5e-5), 1e-4, 1e-3)
+    assert res.passed
+    assert res.max_abs == pytest.approx(5e-5, rel=0.05)
+    assert res.mismatched == 0
+
+
+def test_float_outside_tolerance_fails_with_counts():
+    ref = np.ones((2, 3), np.float32)
+    out = ref.copy()
+    out[1, 2] += 0.5
+    res = compare_arrays("y", ref, out, 1e-4, 1e-3)
+    assert not res.passed
+    assert res.mismatched == 1 and res.total == 6
+    assert "1 of 6 elements differ" in res.reason
+    assert res.max_rel == pytest.approx(0.5)
+
+
+def test_shape_and_dtype_mismatch_fail():
+    assert "shape" in compare_arrays("y", np.zeros((2, 3)), np.zeros((3, 2)), 1, 1).reason
+    assert "dtype" in compare_arrays("y", np.zeros(3, np.int64), np.zeros(3, np.float32), 1, 1).reason
+
+
+def test_labels_exact_and_nan_positions():
+    assert not compare_arrays("label", np.array([1, 2, 3]), np.array([1, 2, 4]), 0, 0).passed
+    assert compare_arrays("s", np.array(["a", "b"], object), np.array(["a", "b"], object), 0, 0).passed
+    nan = np.array([1.0, np.nan], np.float32)
+    assert compare_arrays("y", nan, nan.copy(), 1e-4, 1e-3).passed
+    assert not compare_arrays("y", nan, np.array([np.nan, 1.0], np.float32), 1e-4, 1e-3).passed
+
+
+def test_compare_runners_over_several_feeds_and_overrides():
+    ref = FnRunner("ref", lambda f: {"y": f["x"] * 2, "label": (f["x"] > 0).astype(np.int64)})
+    out = FnRunner("out", lambda f: {"y": f["x"] * 2 + 1e-3, "label": (f["x"] > 0).astype(np.int64)})
+    feeds = [{"x": np.random.default_rng(i).standard_normal((i + 2, 3)).astype(np.float32)} for i in range(2)]
+    strict = compare(ref, out, feeds, stage="export")
+    assert not strict and strict.status == "failed" and "output 'y'" in strict.reason
+    loose = compare(ref, out, feeds, atol={"y": 2e-3}, stage="export", exact=["label"])
+    assert loose and loose.cases == 2
+    assert {o.name for o in loose.outputs} == {"y", "label"}
+    assert loose.max_abs == pytest.approx(1e-3, rel=1e-2)
+
+
+def test_output_count_mismatch():
+    ref = FnRunner("ref", lambda f: {"a": f["x"], "b": f["x"]})
+    out = FnRunner("out", lambda f: {"a": f["x"]})
+    st = compare(ref, out, {"x": np.zeros(2, np.float32)})
+    assert not st and "output count differs" in st.reason
+
+
+def test_report_truthiness_first_failure_and_json():
+    ok = StageParity("export", "torch", "ort")
+    bad = StageParity("backend", "ort", "mil", status="failed", reason="boom")
+    skipped = StageParity.skipped("backend", "ort", "trt", "no CUDA device")
+    assert ParityReport([ok, skipped])
+    rep = ParityReport([ok, bad])
+    assert not rep and rep.first_failure is bad
+    data = json.loads(rep.to_json())
+    assert data["passed"] is False and [s["stage"] for s in data["stages"]] == ["export", "backend"]
+
+
+def test_fp16_uses_looser_default_tolerance():
+    ref = np.array([1.0, 2.0], np.float32)
+    out = (ref + 5e-3).astype(np.float16)
+    r1 = FnRunner("ref", lambda f: {"y": ref})
+    r2 = FnRunner("out", lambda f: {"y": out})
+    assert compare(r1, r2, {"x": ref})  # float16 defaults: atol 1e-2
+    assert not compare(r1, FnRunner("o", lambda f: {"y": ref + 5e-3}), {"x": ref})

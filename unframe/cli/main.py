@@ -1,0 +1,313 @@
+"""The ``unframe`` command line. Heavy imports happen inside commands so ``--help`` is instant.
+
+Every user error prints one line (``error: ...``) and exits with the error's code (README lists
+them); ``--debug`` adds the traceback.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import json
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+LAZY_COMMANDS = {
+    "zoo": ("unframe.cli.zoo:zoo", "Build the model zoo and batch-upgrade folders of models."),
+}
+
+
+class LazyGroup(click.Group):
+    """Subcommands defined in other modules, imported only when used."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted([*super().list_commands(ctx), *LAZY_COMMANDS])
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name in LAZY_COMMANDS:
+            mod, _, attr = LAZY_COMMANDS[name][0].partition(":")
+            try:
+                return getattr(importlib.import_module(mod), attr)
+            except ImportError as exc:
+                msg = str(exc)
+
+                @click.command(name=name, help=LAZY_COMMANDS[name][1])
+                def unavailable() -> None:
+                    _fail_line(f"the {name} command is unavailable here: {msg}", 8)
+
+                return unavailable
+        return super().get_command(ctx, name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = []
+        for name in self.list_commands(ctx):
+            if name in LAZY_COMMANDS:
+                rows.append((name, LAZY_COMMANDS[name][1]))
+            else:
+                cmd = super().get_command(ctx, name)
+                if cmd is not None and not cmd.hidden:
+                    rows.append((name, cmd.get_short_help_str(limit=80)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="unframe", prog_name="unframe")
+def cli() -> None:
+    """unframe: convert trained models between frameworks and runtimes through ONNX,
+    checking each stage's numbers against the stage before it."""
+
+
+def _fail_line(message: str, code: int) -> None:
+    click.echo(f"error: {message}", err=True)
+    sys.exit(code)
+
+
+def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """One-line errors with their exit codes; tracebacks only with --debug."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        debug = bool(kwargs.get("debug"))
+        as_json = bool(kwargs.get("as_json"))
+        from unframe.errors import UnframeError, UnsupportedError
+
+        try:
+            return fn(*args, **kwargs)
+        except UnframeError as exc:
+            if debug:
+                import traceback
+
+                traceback.print_exc()
+            if as_json:
+                click.echo(json.dumps(exc.to_dict(), indent=2, default=str))
+            click.echo(f"error: {exc}", err=True)
+            if isinstance(exc, UnsupportedError):
+                for b in exc.blockers:
+                    click.echo(f"  - {b}", err=True)
+            sys.exit(exc.exit_code)
+        except KeyboardInterrupt:
+            click.echo("error: interrupted; nothing was written", err=True)
+            sys.exit(130)
+        except click.exceptions.Exit:
+            raise
+        except Exception as exc:  # a bug or an unexpected tool failure: still one line
+            if debug:
+                import traceback
+
+                traceback.print_exc()
+            text = " ".join(str(exc).split())[:300] or type(exc).__name__
+            click.echo(f"error: unexpected {type(exc).__name__}: {text} "
+                       "(nothing was written; rerun with --debug and report it)", err=True)
+            sys.exit(1)
+
+    return wrapper
+
+
+debug_option = click.option("--debug", is_flag=True, help="Show tracebacks.")
+json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output on stdout.")
+
+
+def _console() -> Any:
+    from rich.console import Console
+
+    return Console(stderr=False, highlight=False)
+
+
+# --------------------------------------------------------------------------------- convert --
+@cli.command()
+@click.argument("src")
+@click.option("--from", "from_", metavar="F", help="Source framework: onnx, torch, tf, sklearn (default: detect).")
+@click.option("--to", "to", default="onnx", show_default=True, metavar="T", help="Target: onnx, coreml, tensorrt.")
+@click.option("-o", "--output", type=click.Path(), help="Output path (.onnx, .mlpackage, .engine).")
+@click.option("--opset", type=int, help="ONNX opset of the output (ONNX target).")
+@click.option("--explain", is_flag=True, help="Print the planned route and exit without converting.")
+@click.option("--no-validate", is_flag=True, help="Skip the parity checks (not recommended).")
+@click.option("--atol", multiple=True, metavar="X|NAME=X", help="Absolute tolerance, for all outputs or one.")
+@click.option("--rtol", multiple=True, metavar="X|NAME=X", help="Relative tolerance, for all outputs or one.")
+@click.option("--trust", is_flag=True, help="Allow loading that runs code from the model file (pickle, Lambda).")
+@click.option("--force", is_flag=True, help="Replace an existing output.")
+@click.option("--sample-inputs", type=click.Path(), help="An .npz of sample inputs by input name.")
+@click.option("--inputs", metavar="NAME:SHAPE:DTYPE,...", help="Input specs, e.g. x:1x3x224x224:float32.")
+@click.option("--static", is_flag=True, help="Freeze every dimension to the sample shapes.")
+@click.option("--dynamic", multiple=True, metavar="NAME:AXIS[:DIM]", help="Make another axis dynamic (torch).")
+@click.option("--exporter", type=click.Choice(["dynamo", "torchscript"]), help="torch: force an exporter.")
+@click.option("--model", "model_factory", metavar="MODULE:FACTORY", help="torch: builds the model for a state dict (--trust).")
+@click.option("--signature", help="tf: SavedModel signature (default serving_default).")
+@click.option("--nchw-inputs", is_flag=True, default=None, help="tf: transpose NHWC image inputs to NCHW at the graph edge.")
+@click.option("--zipmap", is_flag=True, default=None, help="sklearn: keep ZipMap on classifier probabilities.")
+@click.option("--float-precision", type=click.Choice(["auto", "float", "double"]), help="sklearn: float32 or double route.")
+@click.option("--precision", type=click.Choice(["fp32", "fp16", "bf16"]), help="coreml/tensorrt: compute precision.")
+@click.option("--target", "deploy_target", metavar="iOS16|iOS17|...", help="coreml: minimum deployment target.")
+@click.option("--dim", "dims", multiple=True, metavar="NAME:MIN:MAX", help="coreml: range of a dynamic dim.")
+@click.option("--image-input", help="coreml: treat this input as an image.")
+@click.option("--scale", type=float, help="coreml: image scale.")
+@click.option("--bias", help="coreml: image bias, comma-separated per channel.")
+@click.option("--color-layout", type=click.Choice(["RGB", "BGR", "G"]), help="coreml: image color layout.")
+@click.option("--class-labels", help="coreml: file with one class label per line.")
+@click.option("--shapes", multiple=True, metavar="NAME:MIN:OPT:MAX", help="tensorrt: profile shapes, e.g. x:1x3x64x64:4x3x64x64:8x3x64x64.")
+@click.option("--workspace", metavar="SIZE", help="tensorrt: workspace limit, e.g. 4GiB.")
+@click.option("--timing-cache", type=click.Path(), help="tensorrt: timing cache to load and save.")
+@click.option("--version-compatible", is_flag=True, default=None, help="tensorrt: version-compatible engine.")
+@click.option("--hardware-compatibility", metavar="LEVEL", help="tensorrt: e.g. ampere+.")
+@json_option
+@debug_option
+@handle_errors
+def convert(src: str, from_: str | None, to: str, output: str | None, opset: int | None, explain: bool,
+            no_validate: bool, atol: tuple[str, ...], rtol: tuple[str, ...], trust: bool, force: bool,
+            sample_inputs: str | None, inputs: str | None, static: bool, dynamic: tuple[str, ...],
+            as_json: bool, debug: bool, **stage_options: Any) -> None:
+    """Convert SRC (a model file, SavedModel folder, or module:factory with --trust) to --to."""
+    from unframe import api
+    from unframe.cli import options as opt
+
+    if output is None and not explain:
+        from unframe.errors import UsageError
+
+        raise UsageError("no output path", "pass -o/--output PATH (or --explain to only plan)")
+    stage = opt.stage_options(stage_options)
+    result = api.convert(
+        src, from_=from_, to=to, output=output, opset=opset, explain=explain,
+        validate=not no_validate, atol=opt.tolerance(atol, "--atol"), rtol=opt.tolerance(rtol, "--rtol"),
+        trust=trust, force=force, sample_inputs=sample_inputs, inputs=inputs, static=static,
+        dynamic=[opt.dynamic_axis(d) for d in dynamic], **stage)
+    if explain:
+        _print_route(result.route, as_json)
+        return
+    _print_result(result, as_json)
+
+
+def _print_route(route: Any, as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps(route.to_dict(), indent=2))
+        return
+    _console().print(route.describe(), markup=False)
+
+
+def _print_result(result: Any, as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps(result.to_dict(), indent=2, default=str))
+        return
+    from rich.table import Table
+
+    con = _console()
+    con.print(result.route.describe(), markup=False)
+    notes = (result.export.notes if result.export else []) + result.artifact.notes
+    for n in notes:
+        con.print(f"note: {n}", markup=False)
+    if result.report.stages:
+        table = Table(title="parity", show_lines=False)
+        for col in ("stage", "reference", "candidate", "status", "cases", "max abs err", "max rel err"):
+            table.add_column(col)
+        for s in result.report.stages:
+            table.add_row(s.stage, s.reference, s.candidate, s.status if not s.reason or s.status == "passed"
+                          else f"{s.status}: {s.reason}", str(s.cases), f"{s.max_abs:.3g}", f"{s.max_rel:.3g}")
+        con.print(table)
+    elif result.route.stages and any(st.name == "parity" for st in result.route.stages):
+        con.print("parity: not validated (--no-validate)")
+    else:
+        con.print("parity: no stage changed the graph, so there was nothing to compare")
+    for p in result.written:
+        con.print(f"wrote {p}", markup=False)
+
+
+# ----------------------------------------------------------------------------------- opset --
+@cli.command()
+@click.argument("model", type=click.Path())
+@click.option("--to", "to_opset", type=int, required=True, help="Target opset.")
+@click.option("-o", "--output", type=click.Path(), required=True, help="Output .onnx path.")
+@click.option("--no-validate", is_flag=True, help="Skip the onnxruntime parity check.")
+@click.option("--force", is_flag=True, help="Replace an existing output.")
+@click.option("--sample-inputs", type=click.Path(), help="An .npz of sample inputs by input name.")
+@click.option("--atol", multiple=True, metavar="X|NAME=X")
+@click.option("--rtol", multiple=True, metavar="X|NAME=X")
+@json_option
+@debug_option
+@handle_errors
+def opset(model: str, to_opset: int, output: str, no_validate: bool, force: bool, sample_inputs: str | None,
+          atol: tuple[str, ...], rtol: tuple[str, ...], as_json: bool, debug: bool) -> None:
+    """Move an ONNX MODEL to another opset (up or down), checked against the original."""
+    from unframe import api
+    from unframe.cli import options as opt
+
+    result = api.convert_opset(model, to_opset, output=output, validate=not no_validate, force=force,
+                               sample_inputs=sample_inputs, atol=opt.tolerance(atol, "--atol"),
+                               rtol=opt.tolerance(rtol, "--rtol"))
+    _print_result(result, as_json)
+
+
+# ----------------------------------------------------------------------------------- check --
+@cli.command()
+@click.argument("model")
+@click.option("--from", "from_", metavar="F")
+@click.option("--to", "to", default="onnx", show_default=True)
+@click.option("--opset", type=int)
+@click.option("--target", "deploy_target", metavar="iOS16|iOS17|...", help="coreml: minimum deployment target.")
+@click.option("--precision", type=click.Choice(["fp32", "fp16", "bf16"]))
+@click.option("--trust", is_flag=True)
+@json_option
+@debug_option
+@handle_errors
+def check(model: str, from_: str | None, to: str, opset: int | None, deploy_target: str | None,
+          precision: str | None, trust: bool, as_json: bool, debug: bool) -> None:
+    """Pre-flight: every reason the target can't take MODEL, listed at once, without converting."""
+    from unframe import api
+
+    opts = {k: v for k, v in {"target": deploy_target, "precision": precision}.items() if v}
+    result = api.check(model, from_=from_, to=to, opset=opset, trust=trust, **opts)
+    if as_json:
+        click.echo(json.dumps(result.to_dict(), indent=2))
+    else:
+        con = _console()
+        if result:
+            con.print(f"ok: {to} can take {model}", markup=False)
+        else:
+            con.print(f"{len(result.blockers)} blocker(s) for {to}:", markup=False)
+            for b in result.blockers:
+                con.print(f"  - {b}", markup=False)
+    sys.exit(0 if result else 4)
+
+
+# --------------------------------------------------------------------------------- inspect --
+@cli.command()
+@click.argument("model", type=click.Path())
+@json_option
+@debug_option
+@handle_errors
+def inspect(model: str, as_json: bool, debug: bool) -> None:
+    """Show an ONNX MODEL: versions, ops, inputs/outputs, weights, external data, provenance."""
+    from unframe.cli.inspect import describe, render
+
+    info = describe(model)
+    if as_json:
+        click.echo(json.dumps(info, indent=2, default=str))
+    else:
+        render(info, _console())
+
+
+# ---------------------------------------------------------------------------------- doctor --
+@cli.command()
+@json_option
+@debug_option
+@handle_errors
+def doctor(as_json: bool, debug: bool) -> None:
+    """Which frontends and backends are usable here, their versions, and what to install."""
+    from unframe.cli.doctor import gather, render
+
+    info = gather()
+    if as_json:
+        click.echo(json.dumps(info, indent=2))
+    else:
+        render(info, _console())
+
+
+def main() -> None:
+    cli(prog_name="unframe")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,82 @@
+"""ONNX out: the checker with full checks and strict shape inference as pre-flight, then an
+atomic write (external data above the 2 GB protobuf limit). Provenance goes in metadata_props."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import onnx
+import onnx_ir as ir
+
+from unframe import io
+from unframe.converters.base import Artifact, Backend, Target
+from unframe.converters.registry import register_backend
+from unframe.errors import Blocker, UsageError
+
+
+@register_backend
+class OnnxBackend(Backend):
+    name = "onnx"
+    extra = ""
+    description = "ONNX files at any opset (.onnx)"
+    suffixes = (".onnx",)
+    canonical_opset = None  # keep the model's opset unless --opset asks for another
+
+    def distributions(self) -> tuple[str, ...]:
+        return ("onnx", "onnx-ir")
+
+    def check(self, model: ir.Model, target: Target) -> list[Blocker]:
+        return onnx_checker_blockers(model)
+
+    def convert(self, model: ir.Model, target: Target, workdir: Path) -> Artifact:
+        return Artifact(kind="onnx", model=model)
+
+    def stamp(self, artifact: Artifact, provenance: dict[str, str]) -> None:
+        artifact.metadata.update(provenance)
+        io.stamp_onnx(artifact.model, provenance)
+
+    def write(self, artifact: Artifact, path: Path) -> list[Path]:
+        if path.suffix.lower() != ".onnx":
+            raise UsageError(f"output {path.name} does not end in .onnx", "name the output file *.onnx")
+        written = io.write_onnx(artifact.model, path)
+        artifact.path = path
+        return written
+
+
+def onnx_checker_blockers(model: ir.Model) -> list[Blocker]:
+    """onnx.checker (full check) and strict shape inference, as blockers."""
+    proto = ir.to_proto(model)
+    blockers: list[Blocker] = []
+    _strip_external(proto)
+    try:
+        onnx.checker.check_model(proto, full_check=False)
+    except onnx.checker.ValidationError as exc:
+        blockers.append(Blocker(op="model", reason=f"onnx.checker: {_one_line(exc)}"))
+    try:
+        onnx.shape_inference.infer_shapes(proto, check_type=True, strict_mode=True, data_prop=True)
+    except Exception as exc:  # InferenceError, ValidationError
+        blockers.append(Blocker(op="model", reason=f"strict shape inference: {_one_line(exc)}"))
+    return blockers
+
+
+def _strip_external(proto: onnx.ModelProto) -> None:
+    """The checker would try to open external files relative to the cwd; the loader already
+    validated them, so give it empty in-memory tensors of the right size instead."""
+    for t in io.iter_tensors(proto):
+        if t.data_location == onnx.TensorProto.EXTERNAL:
+            del t.external_data[:]
+            t.data_location = onnx.TensorProto.DEFAULT
+            t.raw_data = b"\0" * _nbytes_of(t)
+
+
+def _nbytes_of(t: onnx.TensorProto) -> int:
+    import numpy as np
+
+    n = int(np.prod(t.dims, dtype=np.int64)) if len(t.dims) else 1
+    itemsize = onnx.helper.tensor_dtype_to_np_dtype(t.data_type).itemsize
+    return n * itemsize if n * itemsize < 64 * 1024 * 1024 else 0
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text[:400]

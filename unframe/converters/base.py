@@ -1,0 +1,236 @@
+"""Frontend and Backend protocols, and the value types that flow between stages.
+
+A **frontend** takes a framework's model (object or file) into ONNX (an ``onnx_ir.Model``) and
+provides a runner of the source framework for parity. A **backend** takes an ONNX model at its
+canonical opset into an artifact (an ONNX file, a CoreML package, a TensorRT engine), lists every
+blocker before doing any work, and provides a runner for the artifact when this machine can run it.
+
+Frameworks are imported inside methods, never at module import: ``import unframe`` stays cheap.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from unframe.errors import Blocker, MissingExtraError
+from unframe.validate.runner import Runner, TensorSpec
+
+if TYPE_CHECKING:
+    import onnx_ir as ir
+
+Feeds = dict[str, np.ndarray]
+
+
+@dataclass
+class InputSpec:
+    """What the caller said about the model's inputs.
+
+    - ``tensors``: explicit specs (``--inputs name:shape:dtype``); shape entries may be str/None
+      for dynamic dims.
+    - ``samples``: sample inputs as the user gave them (a framework tensor, tuple, dict, numpy
+      array, DataFrame...). Frontends interpret them.
+    - ``static``: freeze every dim to the sample shapes (no dynamic batch).
+    - ``dynamic``: extra dynamic axes, ``(input_name, axis, dim_name_or_None)``.
+    """
+
+    tensors: list[TensorSpec] | None = None
+    samples: Any = None
+    static: bool = False
+    dynamic: list[tuple[str, int, str | None]] = field(default_factory=list)
+
+
+@dataclass
+class ConvertOptions:
+    """Options every stage may read. ``options`` holds the stage-specific ones by name
+    (e.g. ``exporter``, ``signature``, ``zipmap``, ``precision``, ``shapes``); a stage ignores the
+    names it does not know, and ``unframe.api`` rejects names no stage of the route declares."""
+
+    trust: bool = False
+    opset: int | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def get(self, name: str, default: Any = None) -> Any:
+        value = self.options.get(name)
+        return default if value is None else value
+
+
+@dataclass
+class ExportResult:
+    """What a frontend's ``to_onnx`` returns."""
+
+    model: ir.Model
+    tool: str  # e.g. "torch.onnx (dynamo)", "tf2onnx from_keras", "skl2onnx"
+    route: str = ""  # which route produced the graph when a frontend has several
+    opset: int | None = None
+    tool_versions: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)  # e.g. why a fallback route was used
+    # Parity inputs in ONNX input names: one dict per check (e.g. two batch sizes).
+    feeds: list[Feeds] = field(default_factory=list)
+    # Per-output tolerance overrides the frontend knows are needed ({output: (atol, rtol)}).
+    tolerances: dict[str, tuple[float, float]] = field(default_factory=dict)
+    # Outputs that must match exactly (class labels).
+    exact_outputs: list[str] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Target:
+    """Where a route ends: a backend name, the ONNX opset (for ONNX output) and backend options."""
+
+    name: str = "onnx"
+    opset: int | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def get(self, name: str, default: Any = None) -> Any:
+        value = self.options.get(name)
+        return default if value is None else value
+
+
+@dataclass
+class Artifact:
+    """A backend's product. Lives in a work dir (or in memory) until ``unframe.api`` places it."""
+
+    kind: str  # "onnx" | "mlpackage" | "mlmodel" | "engine"
+    model: Any = None  # ir.Model for ONNX, an MLModel for CoreML, engine bytes for TensorRT...
+    path: Path | None = None  # where it is written now, if it is
+    metadata: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+class RunnerUnavailable(Exception):
+    """A backend can't run its artifact on this machine (e.g. no GPU for a TensorRT engine).
+    The parity stage is then recorded as skipped with this reason."""
+
+
+class _Component(ABC):
+    name: str = ""
+    extra: str = ""  # the pip extra that installs what it needs
+    requires: tuple[str, ...] = ()  # importable module names
+    packages: str = ""  # human list of what the extra installs
+    description: str = ""
+    # Stage-specific option names this component reads (for validation and docs).
+    option_names: tuple[str, ...] = ()
+
+    def missing(self) -> list[str]:
+        return [m for m in self.requires if importlib.util.find_spec(m) is None]
+
+    def available(self) -> bool:
+        return not self.missing()
+
+    def ensure_available(self, what: str | None = None) -> None:
+        if self.missing():
+            raise MissingExtraError(what or f"the {self.name} {self.kind_name}", self.extra,
+                                    self.packages)
+
+    @property
+    def kind_name(self) -> str:
+        return "component"
+
+    def versions(self) -> dict[str, str]:
+        """Versions of the distributions this component uses, without importing them."""
+        out: dict[str, str] = {}
+        for dist in self.distributions():
+            try:
+                out[dist] = metadata.version(dist)
+            except metadata.PackageNotFoundError:
+                pass
+        return out
+
+    def distributions(self) -> tuple[str, ...]:
+        return ()
+
+
+class Frontend(_Component):
+    """A framework's way into ONNX. Subclass, set the class attributes, register with
+    ``@register_frontend`` in ``unframe/converters/registry.py``'s FRONTENDS."""
+
+    suffixes: tuple[str, ...] = ()  # file suffixes it loads (".pt2", ".keras", ...)
+    # Fully qualified base-class names of objects it takes, checked against type(obj).__mro__
+    # by name so that detection never imports the framework.
+    object_types: tuple[str, ...] = ()
+
+    @property
+    def kind_name(self) -> str:
+        return "frontend"
+
+    def accepts_path(self, path: Path) -> bool:
+        return path.is_file() and path.suffix.lower() in self.suffixes
+
+    def accepts_object(self, obj: Any) -> bool:
+        names = {f"{c.__module__}.{c.__qualname__}" for c in type(obj).__mro__}
+        return any(t in names for t in self.object_types)
+
+    def default_opset(self) -> int:
+        """The opset the exporter produces when not asked for one."""
+        return 18
+
+    def closest_opset(self, wanted: int) -> int:
+        """The supported export opset closest to ``wanted`` (the version converter does the rest)."""
+        return wanted
+
+    @abstractmethod
+    def load(self, source: Any, opts: ConvertOptions) -> Any:
+        """Load a file (or accept an object) into the native model. Refuse unsafe loads without
+        ``opts.trust`` (TrustRequiredError)."""
+
+    @abstractmethod
+    def to_onnx(self, native: Any, spec: InputSpec, opts: ConvertOptions) -> ExportResult:
+        """Export to ONNX at ``opts.opset`` (or the closest/default one)."""
+
+    @abstractmethod
+    def runner(self, native: Any, export: ExportResult) -> Runner:
+        """A runner of the source framework taking feeds and returning outputs by ONNX names."""
+
+    def describe(self, native: Any) -> str:
+        return type(native).__name__
+
+
+class Backend(_Component):
+    """A runtime's way out of ONNX. Subclass, register with ``@register_backend``."""
+
+    suffixes: tuple[str, ...] = ()  # output suffixes it writes
+    canonical_opset: int | None = None  # models are converted to this opset first (None: keep)
+
+    @property
+    def kind_name(self) -> str:
+        return "backend"
+
+    @abstractmethod
+    def check(self, model: ir.Model, target: Target) -> list[Blocker]:
+        """Every reason the target can't take the model, all at once, without converting."""
+
+    @abstractmethod
+    def convert(self, model: ir.Model, target: Target, workdir: Path) -> Artifact:
+        """Build the artifact. Backends that must check the written file (CoreML) write it
+        under ``workdir``; others may keep it in memory."""
+
+    def runner(self, artifact: Artifact, target: Target) -> Runner:
+        """A runner of the artifact; raise RunnerUnavailable(reason) when this machine can't."""
+        raise RunnerUnavailable(f"the {self.name} backend has no runner")
+
+    def tolerance(self, dtype: np.dtype, target: Target) -> tuple[float, float] | None:
+        """Backend-specific default (atol, rtol) for a dtype, e.g. looser for fp16 compute."""
+        return None
+
+    def stamp(self, artifact: Artifact, provenance: dict[str, str]) -> None:
+        """Record provenance in the artifact (metadata_props, user metadata, sidecar...)."""
+        artifact.metadata.update(provenance)
+
+    @abstractmethod
+    def write(self, artifact: Artifact, path: Path) -> list[Path]:
+        """Write the final artifact at ``path`` (plus any sidecars beside it); return every path
+        written. ``unframe.api`` calls this with a path inside a fresh temporary folder next to
+        the destination and then renames everything into place."""
+
+
+__all__ = [
+    "Artifact", "Backend", "ConvertOptions", "ExportResult", "Feeds", "Frontend", "InputSpec",
+    "Runner", "RunnerUnavailable", "Target", "TensorSpec",
+]

@@ -1,0 +1,69 @@
+"""ONNX in: a .onnx file, an ``onnx.ModelProto`` or an ``onnx_ir.Model``.
+
+Nothing to export; the model is loaded lazily (external data not read) and checked. Its runner
+is onnxruntime on the model as loaded, so that later stages are compared with the original.
+"""
+
+from __future__ import annotations
+
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import onnx
+import onnx_ir as ir
+
+from unframe import io
+from unframe.converters.base import ConvertOptions, ExportResult, Frontend, InputSpec
+from unframe.converters.registry import register_frontend
+from unframe.validate.inputs import generate_feeds
+from unframe.validate.onnxruntime import onnx_runner
+from unframe.validate.runner import Runner
+
+
+@register_frontend
+class OnnxFrontend(Frontend):
+    name = "onnx"
+    extra = ""
+    description = "ONNX files (.onnx), onnx.ModelProto and onnx_ir.Model objects"
+    suffixes = (".onnx",)
+    object_types = ("onnx.onnx_ml_pb2.ModelProto", "onnx_ir._core.Model")
+
+    def distributions(self) -> tuple[str, ...]:
+        return ("onnx", "onnx-ir", "onnxruntime")
+
+    def accepts_object(self, obj: Any) -> bool:
+        return isinstance(obj, (onnx.ModelProto, ir.Model))
+
+    def load(self, source: Any, opts: ConvertOptions) -> Any:
+        if isinstance(source, Path):
+            return io.load_model(source)
+        if isinstance(source, onnx.ModelProto):
+            io.check_graph(source, "the ONNX model")
+            return ir.serde.deserialize_model(source)
+        if isinstance(source, ir.Model):
+            return source
+        raise TypeError(f"not an ONNX model: {type(source).__name__}")
+
+    def default_opset(self) -> int:
+        return 0  # whatever the model has
+
+    def to_onnx(self, native: ir.Model, spec: InputSpec, opts: ConvertOptions) -> ExportResult:
+        feeds = _feeds(native, spec)
+        return ExportResult(model=native, tool="none (ONNX input)", route="onnx",
+                            opset=native.opset_imports.get("", native.opset_imports.get("ai.onnx")),
+                            tool_versions={"onnx": metadata.version("onnx")}, feeds=feeds)
+
+    def runner(self, native: ir.Model, export: ExportResult) -> Runner:
+        return onnx_runner(native)
+
+    def describe(self, native: ir.Model) -> str:
+        return f"ONNX model (opset {native.opset_imports.get('', '?')}, {len(native.graph)} nodes)"
+
+
+def _feeds(model: ir.Model, spec: InputSpec) -> list[dict[str, Any]]:
+    from unframe.validate.inputs import as_feed_list
+
+    if spec.samples is not None:
+        return as_feed_list(spec.samples)
+    return generate_feeds(model)

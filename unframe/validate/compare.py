@@ -1,0 +1,246 @@
+"""compare(): run two stages on the same feeds and check every output.
+
+A ``StageParity`` records, per output, shapes, dtypes, the worst absolute and relative errors,
+the tolerances used and how many elements missed them. A ``ParityReport`` holds one
+``StageParity`` per stage of a route; it is truthy when no stage failed and names the first
+failing stage.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from unframe.validate import tolerances
+from unframe.validate.runner import Runner
+
+PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
+
+
+@dataclass
+class OutputParity:
+    name: str
+    ref_shape: list[int] | None = None
+    out_shape: list[int] | None = None
+    ref_dtype: str = ""
+    out_dtype: str = ""
+    max_abs: float = 0.0
+    max_rel: float = 0.0
+    atol: float = 0.0
+    rtol: float = 0.0
+    mismatched: int = 0
+    total: int = 0
+    passed: bool = True
+    reason: str = ""
+
+    def merge(self, other: OutputParity) -> None:
+        """Fold another feed's result for the same output into this one (worst case wins)."""
+        self.max_abs = max(self.max_abs, other.max_abs)
+        self.max_rel = max(self.max_rel, other.max_rel)
+        self.mismatched += other.mismatched
+        self.total += other.total
+        if not other.passed and self.passed:
+            self.passed, self.reason = False, other.reason
+            self.ref_shape, self.out_shape = other.ref_shape, other.out_shape
+
+
+@dataclass
+class StageParity:
+    stage: str
+    reference: str
+    candidate: str
+    status: str = PASSED
+    outputs: list[OutputParity] = field(default_factory=list)
+    cases: int = 0  # how many feeds were compared (e.g. two batch sizes)
+    reason: str = ""  # why it failed or was skipped
+
+    def __bool__(self) -> bool:
+        return self.status != FAILED
+
+    @property
+    def max_abs(self) -> float:
+        return max((o.max_abs for o in self.outputs), default=0.0)
+
+    @property
+    def max_rel(self) -> float:
+        return max((o.max_rel for o in self.outputs), default=0.0)
+
+    def summary(self) -> str:
+        if self.status == SKIPPED:
+            return f"{self.stage}: skipped ({self.reason})"
+        if self.status == FAILED:
+            return f"{self.stage}: FAILED ({self.reason})"
+        return (f"{self.stage}: passed on {self.cases} input set(s), {len(self.outputs)} output(s), "
+                f"max abs err {self.max_abs:.3g}, max rel err {self.max_rel:.3g}")
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["max_abs"], d["max_rel"] = self.max_abs, self.max_rel
+        return d
+
+    @classmethod
+    def skipped(cls, stage: str, reference: str, candidate: str, reason: str) -> StageParity:
+        return cls(stage, reference, candidate, status=SKIPPED, reason=reason)
+
+
+@dataclass
+class ParityReport:
+    stages: list[StageParity] = field(default_factory=list)
+
+    def add(self, stage: StageParity) -> StageParity:
+        self.stages.append(stage)
+        return stage
+
+    def __bool__(self) -> bool:
+        return all(self.stages)
+
+    @property
+    def first_failure(self) -> StageParity | None:
+        return next((s for s in self.stages if not s), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"passed": bool(self), "stages": [s.to_dict() for s in self.stages]}
+
+    def to_json(self, **kw: Any) -> str:
+        return json.dumps(self.to_dict(), **kw)
+
+    def summary(self) -> str:
+        """Short text for provenance metadata."""
+        return "; ".join(s.summary() for s in self.stages) or "not validated"
+
+
+def compare(ref: Runner, out: Runner, feeds: Mapping[str, np.ndarray] | Sequence[Mapping[str, np.ndarray]],
+            atol: tolerances.Override = None, rtol: tolerances.Override = None, *, stage: str = "",
+            exact: Sequence[str] = (), defaults: Mapping[str, tuple[float, float]] | None = None,
+            default_fn: Any = None) -> StageParity:
+    """Run ``ref`` and ``out`` on each feed dict and compare every output.
+
+    ``atol``/``rtol`` override the per-dtype defaults (a float for all outputs, or a mapping by
+    output name). ``exact`` names outputs that must match exactly (e.g. class labels).
+    ``defaults`` gives per-output (atol, rtol) a stage knows it needs; ``default_fn(dtype)``
+    gives a backend's per-dtype defaults (e.g. fp16 compute).
+    """
+    feed_list = [feeds] if isinstance(feeds, Mapping) else list(feeds)
+    result = StageParity(stage or f"{ref.name} vs {out.name}", ref.name, out.name)
+    merged: dict[str, OutputParity] = {}
+    for feed in feed_list:
+        ref_out = ref.run(feed)
+        got = out.run(feed)
+        pairs, problem = _pair_outputs(ref_out, got)
+        if problem:
+            result.status, result.reason = FAILED, problem
+            return result
+        for name, (a, b) in pairs.items():
+            at, rt = _tolerance(name, a, b, atol, rtol, exact, defaults, default_fn)
+            op = compare_arrays(name, a, b, at, rt)
+            if name in merged:
+                merged[name].merge(op)
+            else:
+                merged[name] = op
+        result.cases += 1
+    result.outputs = list(merged.values())
+    bad = [o for o in result.outputs if not o.passed]
+    if bad:
+        result.status = FAILED
+        result.reason = "; ".join(f"output {o.name!r}: {o.reason}" for o in bad)
+    return result
+
+
+def _pair_outputs(ref: Mapping[str, np.ndarray], out: Mapping[str, np.ndarray]
+                  ) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]], str]:
+    """Match outputs by name when the names agree, else by position (and say so on mismatch)."""
+    if set(ref) == set(out):
+        return {k: (np.asarray(ref[k]), np.asarray(out[k])) for k in ref}, ""
+    if len(ref) != len(out):
+        return {}, (f"output count differs: reference has {len(ref)} ({', '.join(ref)}), "
+                    f"candidate has {len(out)} ({', '.join(out)})")
+    return {rk: (np.asarray(ref[rk]), np.asarray(out[ok])) for rk, ok in zip(ref, out)}, ""
+
+
+def _tolerance(name: str, a: np.ndarray, b: np.ndarray, atol: tolerances.Override,
+               rtol: tolerances.Override, exact: Sequence[str],
+               defaults: Mapping[str, tuple[float, float]] | None, default_fn: Any
+               ) -> tuple[float, float]:
+    if name in exact:
+        base = (0.0, 0.0)
+    elif defaults and name in defaults:
+        base = defaults[name]
+    else:
+        base = tolerances.default_for(a.dtype, b.dtype)
+        if default_fn is not None:
+            backend = default_fn(b.dtype)
+            if backend is not None:
+                base = (max(base[0], backend[0]), max(base[1], backend[1]))
+    return tolerances.pick(atol, name, base[0]), tolerances.pick(rtol, name, base[1])
+
+
+def compare_arrays(name: str, ref: np.ndarray, out: np.ndarray, atol: float, rtol: float
+                   ) -> OutputParity:
+    res = OutputParity(name, list(ref.shape), list(out.shape), _dtype_name(ref), _dtype_name(out),
+                       atol=atol, rtol=rtol, total=int(ref.size))
+    if ref.shape != out.shape:
+        if ref.size == out.size and ref.size <= 1:
+            out = out.reshape(ref.shape)  # scalar vs [1]: same value, harmless
+        else:
+            res.passed, res.reason = False, f"shape {list(out.shape)} differs from reference {list(ref.shape)}"
+            return res
+    kind_a, kind_b = _kind(ref), _kind(out)
+    if kind_a != kind_b:
+        res.passed, res.reason = False, f"dtype {res.out_dtype} differs from reference {res.ref_dtype}"
+        return res
+    if kind_a in ("str", "bool", "int") or (atol == 0 and rtol == 0 and kind_a != "float"):
+        eq = ref == out if kind_a != "str" else np.asarray(ref.astype(str) == out.astype(str))
+        res.mismatched = int(np.size(eq) - np.count_nonzero(eq))
+        if kind_a == "int" and ref.size:
+            res.max_abs = float(np.max(np.abs(ref.astype(np.float64) - out.astype(np.float64))))
+        elif kind_a != "int":
+            res.max_abs = float(res.mismatched > 0)
+    else:
+        _compare_float(res, ref, out, atol, rtol)
+    if res.mismatched:
+        res.passed = False
+        res.reason = (f"{res.mismatched} of {res.total} elements differ "
+                      f"(max abs err {res.max_abs:.3g}, max rel err {res.max_rel:.3g}, "
+                      f"atol {atol:g}, rtol {rtol:g})")
+    return res
+
+
+def _compare_float(res: OutputParity, ref: np.ndarray, out: np.ndarray, atol: float, rtol: float) -> None:
+    a = ref.astype(np.float64)
+    b = out.astype(np.float64)
+    nan_a, nan_b = np.isnan(a), np.isnan(b)
+    inf_a, inf_b = np.isinf(a), np.isinf(b)
+    special_bad = (nan_a != nan_b) | ((inf_a | inf_b) & (a != b) & ~(nan_a & nan_b))
+    finite = ~(nan_a | nan_b | inf_a | inf_b)
+    diff = np.where(finite, np.abs(a - b), 0.0)
+    mag = np.abs(a)
+    bad = special_bad | (finite & (diff > atol + rtol * mag))
+    res.mismatched = int(np.count_nonzero(bad))
+    if diff.size:
+        res.max_abs = float(diff.max())
+        significant = finite & (mag > 1e-6)
+        if np.any(significant):
+            res.max_rel = float((diff[significant] / mag[significant]).max())
+    if np.any(special_bad):
+        res.max_abs = float("inf")
+
+
+def _kind(x: np.ndarray) -> str:
+    k = x.dtype.kind
+    if k == "b":
+        return "bool"
+    if k in "iu":
+        return "int"
+    if k in "fc" or str(x.dtype) == "bfloat16":
+        return "float"
+    if k in "USO":
+        return "str"
+    return k
+
+
+def _dtype_name(x: np.ndarray) -> str:
+    return str(x.dtype)
