@@ -1,0 +1,167 @@
+"""The two torch.onnx exporters, and one-line explanations of their failures.
+
+- dynamo: ``torch.onnx.export(..., dynamo=True)``: torch.export captures the graph, onnxscript's
+  torchlib translates it; the result is already an ``onnx_ir.Model`` (no serialization, so a
+  model over 2 GB is fine here).
+- torchscript: the legacy tracer (``dynamo=False``), written to a file in a temp folder (its C++
+  side writes external data itself past 2 GB) and read back with onnx_ir.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import os
+import re
+import tempfile
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import onnx_ir as ir
+
+from unframe.converters.frontends._torch.inputs import ModelInputs, dynamic_shapes, export_example
+from unframe.errors import ConversionError
+
+DYNAMO_OPSETS = (18, 23)  # torchlib is written at 18; torch converts up to ONNX_MAX_OPSET
+TORCHSCRIPT_OPSETS = (7, 20)
+# Past this many bytes of weights the model is handed on with its tensors in external data.
+EXTERNAL_DATA_THRESHOLD = 1_800_000_000
+
+
+def clamp(opset: int, bounds: tuple[int, int]) -> int:
+    return max(bounds[0], min(bounds[1], opset))
+
+
+@contextlib.contextmanager
+def quiet() -> Iterator[None]:
+    """The exporters print progress and warnings; the report says what matters."""
+    loggers = [logging.getLogger(n) for n in ("torch.onnx", "torch.export", "torch._dynamo",
+                                              "torch.fx.experimental.symbolic_shapes",
+                                              "onnxscript", "torch._export")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
+
+
+def export_dynamo(model: Any, inputs: ModelInputs | None, outputs: list[str] | None,
+                  opset: int) -> ir.Model:
+    import torch
+
+    kwargs: dict[str, Any] = dict(dynamo=True, opset_version=opset, verbose=False,
+                                  output_names=outputs)
+    if isinstance(model, torch.export.ExportedProgram):
+        args: tuple[Any, ...] = ()
+    else:
+        assert inputs is not None
+        args, call_kwargs = export_example(inputs)
+        kwargs.update(kwargs=call_kwargs, input_names=inputs.names,
+                      dynamic_shapes=dynamic_shapes(inputs, model) if inputs.dynamic else None)
+    with quiet():
+        program = torch.onnx.export(model, args, **kwargs)
+    return program.model
+
+
+def export_torchscript(model: Any, inputs: ModelInputs, outputs: list[str] | None, opset: int,
+                       workdir: Path) -> ir.Model:
+    import torch
+
+    args, call_kwargs = export_example(inputs)
+    if args and isinstance(args[-1], dict) and not call_kwargs:
+        args = (*args, {})  # a trailing dict would otherwise be read as keyword arguments
+    path = workdir / "model.onnx"
+    with quiet():
+        torch.onnx.export(model, args, str(path), kwargs=call_kwargs or None, dynamo=False,
+                          opset_version=opset, input_names=inputs.names, output_names=outputs,
+                          dynamic_axes=inputs.dynamic or None, verbose=False)
+    model_ir = ir.load(str(path))
+    return model_ir
+
+
+def weight_bytes(model: ir.Model) -> int:
+    total = 0
+    for value in model.graph.initializers.values():
+        tensor = value.const_value
+        if tensor is not None:
+            total += tensor.nbytes
+    return total
+
+
+def has_external_data(model: ir.Model) -> bool:
+    return any(isinstance(v.const_value, ir.ExternalTensor)
+               for v in model.graph.initializers.values())
+
+
+def externalize(model: ir.Model, workdir: Path) -> ir.Model:
+    """Write the weights to external data in ``workdir`` and reload them lazily, so that a model
+    past the protobuf limit is never serialized whole and its tensors aren't held twice."""
+    path = workdir / "model.onnx"
+    ir.save(model, str(path), external_data="model.onnx.data")
+    return ir.load(str(path))
+
+
+def new_workdir() -> tempfile.TemporaryDirectory[str]:
+    return tempfile.TemporaryDirectory(prefix="unframe-torch-")
+
+
+# ----------------------------------------------------------------------------- explanations --
+_CALL_SITE = re.compile(r'File "([^"]+)", line (\d+), in (\w+)\n\s+(.+)')
+_DATA_DEPENDENT = ("GuardOnDataDependentSymNode", "data-dependent", "DataDependent",
+                   "UserError: Dynamic control flow", "UncapturedHigherOrderOpError")
+
+
+def explain(exc: BaseException, what: str) -> str:
+    """One line: what failed, where in the user's code, and the op."""
+    chain = _chain(exc)
+    text = "\n".join(f"{type(e).__name__}: {e}" for e in chain)
+    root = chain[-1]
+    reason = _first_meaningful_line(root)
+    site = _call_site(text)
+    kind = type(root).__name__
+    where = f" at {site}" if site else ""
+    if is_data_dependent(exc):
+        return f"{what}: data-dependent control flow{where} ({kind}: {reason})"
+    return f"{what}{where}: {kind}: {reason}"
+
+
+def is_data_dependent(exc: BaseException) -> bool:
+    text = "\n".join(f"{type(e).__name__}: {e}" for e in _chain(exc))
+    return any(marker in text for marker in _DATA_DEPENDENT)
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    out = [exc]
+    while out[-1].__cause__ is not None and len(out) < 8:
+        out.append(out[-1].__cause__)
+    return out
+
+
+def _call_site(text: str) -> str:
+    sites = [m for m in _CALL_SITE.finditer(text) if "site-packages" not in m.group(1)]
+    if not sites:
+        return ""
+    file, line, func, code = sites[-1].groups()
+    return f"{os.path.basename(file)}:{line} in {func}() `{code.strip()}`"
+
+
+def _first_meaningful_line(exc: BaseException) -> str:
+    for line in str(exc).splitlines():
+        line = re.sub(r"\x1b\[[0-9;]*m", "", line).strip(" #-")
+        if line and not line.startswith(("Failed to export", "This is step")):
+            return line[:240]
+    return type(exc).__name__
+
+
+def conversion_error(message: str, data_dependent: bool) -> ConversionError:
+    hint = ("try --exporter torchscript, or --static / sample inputs that avoid the branch"
+            if data_dependent else "try --exporter torchscript (or --exporter dynamo)")
+    return ConversionError(message, hint)

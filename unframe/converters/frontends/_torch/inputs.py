@@ -1,0 +1,323 @@
+"""Model inputs: from samples, ``--inputs`` specs or an ExportedProgram's own example inputs.
+
+Everything is kept as one pytree ``(args, kwargs)``; its tensor leaves, in flatten order, are the
+ONNX graph inputs. Names come from the forward's parameter names (``x``, ``input_ids``) and, for
+nested inputs such as a dict argument, the keys (``image``, ``mask``).
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from unframe.converters.base import InputSpec
+from unframe.errors import InputError, UsageError
+from unframe.validate.runner import TensorSpec
+
+BATCH_DIM = "batch"
+# Filled into dynamic dims of --inputs specs when building example tensors.
+SPEC_FILL = 2
+
+
+@dataclass
+class ModelInputs:
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    names: list[str] = field(default_factory=list)  # ONNX input names, one per tensor leaf
+    dynamic: dict[str, dict[int, str]] = field(default_factory=dict)  # name -> {axis: dim}
+    batch: int | None = None  # the samples' batch size when the batch axis is dynamic
+
+    def leaves(self) -> tuple[list[Any], Any]:
+        import torch.utils._pytree as pytree
+
+        return pytree.tree_flatten((self.args, self.kwargs))
+
+    def tensor_leaves(self) -> list[Any]:
+        import torch
+
+        return [x for x in self.leaves()[0] if isinstance(x, torch.Tensor)]
+
+    def rebuild(self, tensors: Mapping[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """(args, kwargs) with each tensor leaf replaced by ``tensors[name]``."""
+        import torch
+        import torch.utils._pytree as pytree
+
+        leaves, spec = self.leaves()
+        names = iter(self.names)
+        new = [tensors[next(names)] if isinstance(x, torch.Tensor) else x for x in leaves]
+        args, kwargs = pytree.tree_unflatten(new, spec)
+        return tuple(args), dict(kwargs)
+
+
+# ------------------------------------------------------------------------------ parameters --
+def param_names(model: Any) -> list[str] | None:
+    """Names of the forward's parameters (without self), when they can be known."""
+    import torch
+
+    if isinstance(model, torch.jit.ScriptModule):
+        try:
+            return [a.name for a in model.forward.schema.arguments[1:]]
+        except Exception:
+            return None
+    forward = getattr(model, "forward", model)
+    try:
+        sig = inspect.signature(forward)
+    except (TypeError, ValueError):
+        return None
+    return [p.name for p in sig.parameters.values()
+            if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+
+
+def bind(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any], what: str) -> tuple[
+        tuple[Any, ...], dict[str, Any]]:
+    """Check the inputs against the forward's signature; positional where possible."""
+    import torch
+
+    if isinstance(model, torch.jit.ScriptModule):
+        return args, kwargs
+    try:
+        sig = inspect.signature(getattr(model, "forward", model))
+        bound = sig.bind(*args, **kwargs)
+    except (TypeError, ValueError) as exc:
+        if isinstance(exc, ValueError):
+            return args, kwargs
+        raise InputError(f"sample inputs don't match {what}.forward{_sig_text(model)}: {exc}",
+                         "pass one input per forward parameter (a tuple, or a dict by name)"
+                         ) from exc
+    return tuple(bound.args), dict(bound.kwargs)
+
+
+def _sig_text(model: Any) -> str:
+    try:
+        return str(inspect.signature(model.forward))
+    except (TypeError, ValueError, AttributeError):
+        return "(...)"
+
+
+# ---------------------------------------------------------------------------------- sources --
+def from_samples(model: Any, samples: Any, what: str) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """A tensor, array, tuple/list (positional) or dict (by parameter name, or the single dict
+    argument of a forward that takes one)."""
+    samples = to_torch(samples)
+    params = param_names(model) or []
+    if isinstance(samples, Mapping):
+        if samples and all(k in params for k in samples):
+            return bind(model, (), dict(samples), what)
+        return bind(model, (dict(samples),), {}, what)
+    if isinstance(samples, (tuple, list)):
+        return bind(model, tuple(samples), {}, what)
+    return bind(model, (samples,), {}, what)
+
+
+def to_torch(obj: Any) -> Any:
+    """numpy arrays (anywhere in the structure) to tensors; everything else kept."""
+    import torch
+    import torch.utils._pytree as pytree
+
+    def convert(x: Any) -> Any:
+        if isinstance(x, np.ndarray) or isinstance(x, np.generic):
+            return torch.from_numpy(np.ascontiguousarray(x))
+        return x
+
+    if isinstance(obj, Mapping) and not isinstance(obj, dict):
+        obj = dict(obj)
+    return pytree.tree_map(convert, obj)
+
+
+def from_tensor_specs(model: Any, specs: Sequence[TensorSpec], what: str) -> tuple[
+        tuple[Any, ...], dict[str, Any]]:
+    """Seeded example tensors for ``--inputs name:shape:dtype``; by name when the names are the
+    forward's parameters, else positional."""
+    import torch
+
+    gen = torch.Generator().manual_seed(0)
+    tensors = {s.name: _example_tensor(s, gen) for s in specs}
+    params = param_names(model) or []
+    if all(name in params for name in tensors):
+        return bind(model, (), tensors, what)
+    return bind(model, tuple(tensors.values()), {}, what)
+
+
+def _example_tensor(spec: TensorSpec, gen: Any) -> Any:
+    import torch
+
+    if spec.shape is None:
+        raise UsageError(f"--inputs {spec.name}: a shape is needed to build example inputs",
+                         "give it as name:2x3x224x224:float32")
+    shape = tuple(d if isinstance(d, int) else SPEC_FILL for d in spec.shape)
+    dtype = np.dtype(spec.dtype)
+    if dtype.kind == "f":
+        return torch.randn(shape, generator=gen).to(getattr(torch, dtype.name))
+    if dtype.kind in "iu":
+        # Small non-negative ints stay valid indices (token ids, class ids).
+        return torch.randint(0, 3, shape, generator=gen).to(getattr(torch, dtype.name))
+    if dtype.kind == "b":
+        return torch.rand(shape, generator=gen) < 0.5
+    raise UsageError(f"--inputs {spec.name}: dtype {spec.dtype} is not supported for torch",
+                     "use a float, int or bool dtype")
+
+
+def from_exported_program(ep: Any) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
+    """The example inputs saved with the program, else tensors shaped like its placeholders."""
+    import torch
+
+    if ep.example_inputs is not None:
+        args, kwargs = ep.example_inputs
+        return tuple(args), dict(kwargs or {})
+    user = set(ep.graph_signature.user_inputs)
+    tensors = []
+    for node in ep.graph.nodes:
+        if node.op == "placeholder" and node.name in user:
+            val = node.meta.get("val")
+            if not isinstance(val, torch.Tensor):
+                return None
+            shape = [d if isinstance(d, int) else SPEC_FILL for d in val.shape]
+            tensors.append(torch.randn(shape).to(val.dtype) if val.dtype.is_floating_point
+                           else torch.zeros(shape, dtype=val.dtype))
+    return tuple(tensors), {}
+
+
+# ------------------------------------------------------------------------------------ names --
+def finalize(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any], spec: InputSpec,
+             what: str) -> ModelInputs:
+    """Name the tensor leaves and decide the dynamic axes."""
+    inputs = ModelInputs(args=args, kwargs=kwargs)
+    if not inputs.tensor_leaves():
+        raise InputError(f"{what}: the sample inputs hold no tensor",
+                         "pass torch tensors or numpy arrays as sample inputs")
+    inputs.names = leaf_names(args, kwargs, param_names(model) or [])
+    _decide_dynamic(inputs, spec)
+    return inputs
+
+
+def leaf_names(args: tuple[Any, ...], kwargs: dict[str, Any], params: list[str]) -> list[str]:
+    import torch
+    import torch.utils._pytree as pytree
+
+    flat, _ = pytree.tree_flatten_with_path((args, kwargs))
+    single = len(args) + len(kwargs) == 1
+    names: list[str] = []
+    for path, leaf in flat:
+        if not isinstance(leaf, torch.Tensor):
+            continue
+        top = _key(path[1])
+        if path[0].idx == 0:  # a positional argument: its parameter's name
+            top = params[int(top)] if int(top) < len(params) else f"input_{top}"
+        rest = [_key(k) for k in path[2:]]
+        parts = rest if single and rest else [top, *rest]
+        names.append(_unique(_clean("_".join(parts)), names))
+    return names
+
+
+def output_names(outputs: Any, given: Sequence[str] | None = None) -> list[str]:
+    """Dict / ModelOutput keys where outputs are named, else output_0, output_1..."""
+    import torch
+    import torch.utils._pytree as pytree
+
+    flat, _ = pytree.tree_flatten_with_path(outputs)
+    tensors = [(path, leaf) for path, leaf in flat if isinstance(leaf, torch.Tensor)]
+    if given:
+        if len(given) != len(tensors):
+            raise UsageError(f"--output-names gives {len(given)} names but the model has "
+                             f"{len(tensors)} outputs", "give one name per output tensor")
+        return list(given)
+    names: list[str] = []
+    for i, (path, _leaf) in enumerate(tensors):
+        keys = [k for k in path if not hasattr(k, "idx")]
+        if keys:
+            label = "_".join(_key(k) for k in path)
+        else:
+            label = f"output_{i}"
+        names.append(_unique(_clean(label), names))
+    return names
+
+
+def _key(key: Any) -> str:
+    for attr in ("key", "idx", "name"):
+        if hasattr(key, attr):
+            return str(getattr(key, attr))
+    return str(key)
+
+
+def _clean(name: str) -> str:
+    return re.sub(r"\W+", "_", name).strip("_") or "input"
+
+
+def _unique(name: str, taken: list[str]) -> str:
+    out, i = name, 1
+    while out in taken:
+        out, i = f"{name}_{i}", i + 1
+    return out
+
+
+# ------------------------------------------------------------------------------ dynamic axes --
+def _decide_dynamic(inputs: ModelInputs, spec: InputSpec) -> None:
+    tensors = dict(zip(inputs.names, inputs.tensor_leaves()))
+    if not spec.static:
+        batched = [t for t in tensors.values() if t.dim() >= 1]
+        if batched:
+            inputs.batch = int(batched[0].shape[0])
+            for name, t in tensors.items():
+                if t.dim() >= 1 and int(t.shape[0]) == inputs.batch:
+                    inputs.dynamic.setdefault(name, {})[0] = BATCH_DIM
+    for ts in spec.tensors or []:
+        if ts.name in tensors and ts.shape is not None and not spec.static:
+            for axis, dim in enumerate(ts.shape):
+                if not isinstance(dim, int) and axis > 0:
+                    inputs.dynamic.setdefault(ts.name, {})[axis] = dim or f"{ts.name}_dim{axis}"
+    for name, axis, dim in spec.dynamic:
+        if name not in tensors:
+            raise UsageError(f"--dynamic {name}:{axis}: the model has no input {name!r}",
+                             f"inputs are: {', '.join(tensors)}")
+        if axis >= tensors[name].dim():
+            raise UsageError(f"--dynamic {name}:{axis}: {name} has only {tensors[name].dim()} axes",
+                             "count axes from 0")
+        inputs.dynamic.setdefault(name, {})[axis] = dim or f"{name}_dim{axis}"
+
+
+def dynamic_shapes(inputs: ModelInputs, model: Any) -> Any:
+    """torch.export's dynamic_shapes mirroring (args, kwargs): {axis: name} per tensor leaf."""
+    import torch
+    import torch.utils._pytree as pytree
+
+    leaves, treespec = inputs.leaves()
+    names = iter(inputs.names)
+    marks = [inputs.dynamic.get(next(names)) if isinstance(x, torch.Tensor) else None
+             for x in leaves]
+    args_ds, kwargs_ds = pytree.tree_unflatten(marks, treespec)
+    if not kwargs_ds:
+        return tuple(args_ds)
+    params = param_names(model) or []
+    out = {params[i]: ds for i, ds in enumerate(args_ds)}
+    out.update(kwargs_ds)
+    return out
+
+
+def export_example(inputs: ModelInputs) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The inputs to trace with: a batch of 1 is repeated to 2, since torch.export specializes
+    size-1 dims and the batch would come out static."""
+    import torch
+
+    if inputs.batch != 1:
+        return inputs.args, inputs.kwargs
+    grown = {name: (t.repeat(2, *([1] * (t.dim() - 1))) if 0 in inputs.dynamic.get(name, {}) else t)
+             for name, t in zip(inputs.names, inputs.tensor_leaves())}
+    return inputs.rebuild(grown)
+
+
+# ------------------------------------------------------------------------------------ feeds --
+def feeds(inputs: ModelInputs, batch_is_dynamic: bool, seed: int = 0) -> list[dict[str, np.ndarray]]:
+    """The samples as numpy feeds, plus the same rows at another batch size when the exported
+    batch axis is dynamic (rows are re-drawn from the samples so integer inputs stay valid)."""
+    first = {n: t.detach().cpu().numpy() for n, t in zip(inputs.names, inputs.tensor_leaves())}
+    if not batch_is_dynamic or inputs.batch is None:
+        return [first]
+    size = inputs.batch + 1 if inputs.batch > 1 else 3
+    rows = np.random.default_rng(seed).integers(0, inputs.batch, size=size)
+    second = {n: (a[rows] if 0 in inputs.dynamic.get(n, {}) else a) for n, a in first.items()}
+    return [first, second]

@@ -1,0 +1,212 @@
+"""PyTorch in: nn.Module / ExportedProgram objects, .pt2, TorchScript and (with trust) pickles.
+
+Export goes through ``torch.onnx.export(..., dynamo=True)``; when that fails the reason is
+recorded in the notes and the TorchScript exporter is tried (``exporter`` forces one). Inputs
+come from the samples, ``--inputs`` specs or the ExportedProgram's own example inputs; the batch
+axis is dynamic unless ``static``. Parity runs torch eager on the same feeds, at two batch sizes
+when the exported batch axis is dynamic.
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import onnx_ir as ir
+
+from unframe.converters.base import ConvertOptions, ExportResult, Frontend, InputSpec
+from unframe.converters.frontends._torch import export as exp
+from unframe.converters.frontends._torch import inputs as inp
+from unframe.converters.frontends._torch.runner import TorchRunner, callable_of, flat_outputs, run_model
+from unframe.converters.frontends._torch.sources import is_factory_ref, load_factory, load_path
+from unframe.converters.registry import register_frontend
+from unframe.errors import ConversionError, UsageError
+from unframe.validate.runner import Runner
+
+EXPORTERS = ("dynamo", "torchscript")
+# Notes about how a source was loaded (e.g. routed by content), keyed by the native model.
+_LOAD_NOTES: weakref.WeakKeyDictionary[Any, list[str]] = weakref.WeakKeyDictionary()
+
+
+@register_frontend
+class TorchFrontend(Frontend):
+    name = "torch"
+    extra = "torch"
+    requires = ("torch", "onnxscript")
+    packages = "torch, onnxscript"
+    description = ("PyTorch: nn.Module and ExportedProgram objects, .pt2 (torch.export), "
+                   "TorchScript .pt/.pth, state dicts and pickles with --trust, module:factory")
+    suffixes = (".pt2", ".pt", ".pth")
+    object_types = ("torch.nn.modules.module.Module",
+                    "torch.export.exported_program.ExportedProgram")
+    option_names = ("exporter", "model_factory", "dynamic", "output_names")
+
+    def distributions(self) -> tuple[str, ...]:
+        return ("torch", "onnxscript", "onnx-ir")
+
+    def accepts_path(self, path: Path) -> bool:
+        return super().accepts_path(path) or is_factory_ref(path)
+
+    def default_opset(self) -> int:
+        return exp.DYNAMO_OPSETS[0]
+
+    def closest_opset(self, wanted: int) -> int:
+        return exp.clamp(wanted, exp.DYNAMO_OPSETS)
+
+    # ------------------------------------------------------------------------------- load --
+    def load(self, source: Any, opts: ConvertOptions) -> Any:
+        import torch
+
+        if isinstance(source, (str, Path)) and is_factory_ref(source):
+            native, notes = load_factory(str(source), trust=opts.trust), [f"built by {source}()"]
+        elif isinstance(source, (str, Path)):
+            native, notes = load_path(Path(source), trust=opts.trust,
+                                      model_factory=opts.get("model_factory"))
+        elif isinstance(source, (torch.nn.Module, torch.export.ExportedProgram)):
+            native, notes = source, []
+        else:
+            raise UsageError(f"the torch frontend can't take a {type(source).__name__}",
+                             "pass an nn.Module, an ExportedProgram or a torch file")
+        if isinstance(native, torch.nn.Module) and native.training:
+            native.eval()
+            notes.append(f"{type(native).__name__} was in training mode; set to eval() for export")
+        _LOAD_NOTES[native] = notes
+        return native
+
+    # ---------------------------------------------------------------------------- export --
+    def to_onnx(self, native: Any, spec: InputSpec, opts: ConvertOptions) -> ExportResult:
+        what = self.describe(native)
+        inputs = self._inputs(native, _with_option_dynamic(spec, opts), what)
+        eager = run_model(callable_of(native), inputs.args, inputs.kwargs, what)
+        outputs = inp.output_names(eager, opts.get("output_names"))
+        notes = list(_LOAD_NOTES.get(native, []))
+        model, route, workdir = self._export(native, inputs, outputs, opts, notes, what)
+        self._adopt_graph_names(model, inputs, outputs, what)
+        dynamic_batch = _batch_is_dynamic(model, inputs)
+        if inputs.batch is not None and not dynamic_batch:
+            notes.append("the batch axis came out static (the model fixes it); parity runs one "
+                         "batch size")
+        if exp.weight_bytes(model) > exp.EXTERNAL_DATA_THRESHOLD and not exp.has_external_data(model):
+            workdir = workdir or exp.new_workdir()
+            model = exp.externalize(model, Path(workdir.name))
+            notes.append("weights past 2 GB: kept in external data")
+        extra: dict[str, Any] = {"inputs": inputs, "output_names": outputs}
+        if workdir is not None and exp.has_external_data(model):
+            extra["workdir"] = workdir  # the lazy tensors live there; keep it while the result does
+        elif workdir is not None:
+            workdir.cleanup()
+        return ExportResult(model=model, tool=f"torch.onnx ({route})", route=route,
+                            opset=model.opset_imports.get(""), tool_versions=self.versions(),
+                            notes=notes, feeds=inp.feeds(inputs, dynamic_batch), extra=extra)
+
+    def _inputs(self, native: Any, spec: InputSpec, what: str) -> inp.ModelInputs:
+        import torch
+
+        fn = callable_of(native)
+        if spec.samples is not None:
+            args, kwargs = inp.from_samples(fn, spec.samples, what)
+        elif spec.tensors:
+            args, kwargs = inp.from_tensor_specs(fn, spec.tensors, what)
+        elif isinstance(native, torch.export.ExportedProgram) and \
+                (found := inp.from_exported_program(native)) is not None:
+            args, kwargs = found
+        else:
+            raise UsageError(f"{what}: torch models need example inputs to export",
+                             "pass sample_inputs=... (--sample-inputs FILE.npz) or "
+                             "--inputs name:shape:dtype")
+        return inp.finalize(fn, args, kwargs, spec, what)
+
+    def _export(self, native: Any, inputs: inp.ModelInputs, outputs: list[str],
+                opts: ConvertOptions, notes: list[str], what: str) -> tuple[ir.Model, str, Any]:
+        forced = opts.get("exporter")
+        if forced is not None and forced not in EXPORTERS:
+            raise UsageError(f"--exporter {forced}: unknown exporter", "use dynamo or torchscript")
+        wanted = opts.opset or self.default_opset()
+        failures: list[str] = []
+        data_dependent = False
+        for route in ([forced] if forced else EXPORTERS):
+            bounds = exp.DYNAMO_OPSETS if route == "dynamo" else exp.TORCHSCRIPT_OPSETS
+            opset = exp.clamp(wanted, bounds)
+            workdir = exp.new_workdir() if route == "torchscript" else None
+            try:
+                model = self._run_exporter(route, native, inputs, outputs, opset, workdir)
+            except Exception as exc:
+                if workdir is not None:
+                    workdir.cleanup()
+                data_dependent = data_dependent or exp.is_data_dependent(exc)
+                failures.append(exp.explain(exc, f"{route} export of {what}"))
+                continue
+            if failures:
+                notes.append(f"{failures[0]}; retried with the TorchScript exporter"
+                             + (" (it records the branch the samples take)" if data_dependent else ""))
+            if opset != wanted:
+                notes.append(f"the {route} exporter supports opsets {bounds[0]}-{bounds[1]}: "
+                             f"exported at {opset}, the version converter takes it to {wanted}")
+            return model, route, workdir
+        raise exp.conversion_error("; ".join(failures), data_dependent) if len(failures) == 1 \
+            else ConversionError(" | ".join(failures),
+                                 "simplify the model (static shapes, no data-dependent branches) "
+                                 "or export it to ONNX yourself")
+
+    def _run_exporter(self, route: str, native: Any, inputs: inp.ModelInputs, outputs: list[str],
+                      opset: int, workdir: Any) -> ir.Model:
+        import torch
+
+        if route == "dynamo":
+            return exp.export_dynamo(native, inputs, outputs, opset)
+        model = native.module() if isinstance(native, torch.export.ExportedProgram) else native
+        return exp.export_torchscript(model, inputs, outputs, opset, Path(workdir.name))
+
+    def _adopt_graph_names(self, model: ir.Model, inputs: inp.ModelInputs, outputs: list[str],
+                           what: str) -> None:
+        """Feeds and the runner use the names the graph really has (an ExportedProgram keeps
+        its own placeholder names)."""
+        graph_inputs = [v for v in model.graph.inputs if v.name not in model.graph.initializers]
+        if len(graph_inputs) != len(inputs.names):
+            raise ConversionError(
+                f"{what}: the exported graph has {len(graph_inputs)} inputs for "
+                f"{len(inputs.names)} input tensors (an input is unused or was folded)",
+                "remove unused inputs, or pass only the inputs the model uses")
+        renamed = {old: v.name for old, v in zip(inputs.names, graph_inputs)}
+        inputs.dynamic = {renamed[n]: axes for n, axes in inputs.dynamic.items()}
+        inputs.names = [v.name for v in graph_inputs]
+        if len(model.graph.outputs) != len(outputs):
+            raise ConversionError(f"{what}: the exported graph has {len(model.graph.outputs)} "
+                                  f"outputs for {len(outputs)} output tensors",
+                                  "return only tensors (no None or Python numbers)")
+        outputs[:] = [v.name for v in model.graph.outputs]
+
+    def runner(self, native: Any, export: ExportResult) -> Runner:
+        return TorchRunner(native, export.extra["inputs"], export.extra["output_names"],
+                           self.describe(native))
+
+    def describe(self, native: Any) -> str:
+        import torch
+
+        if isinstance(native, torch.export.ExportedProgram):
+            return "ExportedProgram"
+        if isinstance(native, torch.jit.ScriptModule):
+            return f"TorchScript {native.original_name}"
+        return type(native).__name__
+
+
+def _with_option_dynamic(spec: InputSpec, opts: ConvertOptions) -> InputSpec:
+    """The ``dynamic`` stage option and InputSpec.dynamic are the same thing; take both."""
+    extra = [tuple(d) for d in opts.get("dynamic", []) if tuple(d) not in spec.dynamic]
+    if not extra:
+        return spec
+    return replace(spec, dynamic=[*spec.dynamic, *extra])
+
+
+def _batch_is_dynamic(model: ir.Model, inputs: inp.ModelInputs) -> bool:
+    if inputs.batch is None:
+        return False
+    by_name = {v.name: v for v in model.graph.inputs}
+    for name, axes in inputs.dynamic.items():
+        value = by_name.get(name)
+        if 0 in axes and value is not None and value.shape is not None and len(value.shape) > 0:
+            if not isinstance(value.shape[0], int):
+                return True
+    return False
