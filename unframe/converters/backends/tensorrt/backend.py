@@ -1,0 +1,198 @@
+"""The TensorRT backend: ONNX -> serialized engine (+ ``<engine>.json`` sidecar).
+
+Flow of ``convert``: copy the model, run the preparation passes (``prepare.py``), lower precision
+in the graph (``precision.py``; strongly typed networks have no precision flags), derive the
+optimization profile (``profiles.py``), write the prepared ONNX in the work dir, parse and build
+(``build.py``). Works with the ``tensorrt`` module or ``tensorrt_rtx`` (which builds on a machine
+without a GPU: the engine is "built AOT on CPU").
+
+``check`` needs no TensorRT: it checks every node against the support table (``preflight.py``);
+when a module is importable it also asks its parser and adds what only the parser refuses.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from unframe.converters.backends.tensorrt import preflight, trtmodule
+from unframe.converters.backends.tensorrt.sidecar import (
+    AOT_ON_CPU, check_engine_compat, reject_engine_input, write_sidecar,
+)
+from unframe.converters.base import Artifact, Backend, RunnerUnavailable, Target
+from unframe.converters.registry import register_backend
+from unframe.errors import Blocker, MissingExtraError, UsageError
+from unframe.validate.runner import Runner
+
+if TYPE_CHECKING:
+    import onnx_ir as ir
+
+CANONICAL_OPSET = 21
+PRECISIONS = ("fp32", "fp16", "bf16")
+# (atol, rtol) of engine vs onnxruntime, by compute precision. fp32 allows for TF32 tensor-core
+# matmuls/convolutions, which TensorRT enables by default on Ampere and later.
+TOLERANCES = {"fp32": (1e-3, 1e-3), "fp16": (1e-2, 1e-2), "bf16": (6e-2, 6e-2)}
+
+__all__ = ["TensorRTBackend", "CheckReport", "check_engine_compat", "check_report",
+           "reject_engine_input"]
+
+
+@dataclass
+class CheckReport:
+    """What ``unframe check --to tensorrt`` shows: the blockers, which parser was asked (if
+    any) and where it disagrees with the support table."""
+
+    blockers: list[Blocker]
+    parser: str | None = None
+    disagreements: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"blockers": [b.to_dict() for b in self.blockers], "parser": self.parser,
+                "disagreements": self.disagreements}
+
+
+def check_report(model: ir.Model, ask_parser: bool = True) -> CheckReport:
+    """Table blockers, plus (when a TensorRT module imports) the parser's own refusals."""
+    blockers = preflight.check(model)
+    verdict = preflight.parser_verdict(model) if ask_parser else None
+    if verdict is None:
+        return CheckReport(blockers)
+    report = CheckReport(blockers, verdict.module,
+                         preflight.disagreements(model, blockers, verdict))
+    nodes = list(model.graph)
+    blocked = {b.node for b in blockers}
+    for index, message in sorted(verdict.failed_nodes.items()):
+        node = nodes[index] if 0 <= index < len(nodes) else None
+        if node is not None and node.name and node.name in blocked:
+            continue
+        if node is None or (not node.name and any(b.op == node.op_type for b in blockers)):
+            continue
+        report.blockers.append(Blocker(node.op_type, f"{verdict.module} parser: {message}",
+                                       node.name or f"#{index}", "",
+                                       "the support table did not predict this"))
+    return report
+
+
+@register_backend
+class TensorRTBackend(Backend):
+    name = "tensorrt"
+    extra = "tensorrt"
+    requires = ("tensorrt",)  # or tensorrt_rtx: see missing()
+    packages = "tensorrt-rtx-cu12 (or NVIDIA's tensorrt)"
+    description = "TensorRT serialized engine (.engine) with a JSON sidecar"
+    suffixes = (".engine", ".plan")
+    canonical_opset = CANONICAL_OPSET
+    option_names = ("precision", "shapes", "workspace", "timing_cache", "version_compatible",
+                    "hardware_compatibility", "static", "sample_shapes",
+                    "builder_optimization_level")
+
+    def missing(self) -> list[str]:
+        return [] if trtmodule.installed_flavour() else ["tensorrt (or tensorrt_rtx)"]
+
+    def distributions(self) -> tuple[str, ...]:
+        return tuple(d for dists in trtmodule.DISTRIBUTIONS.values() for d in dists)
+
+    def ensure_available(self, what: str | None = None) -> None:
+        if trtmodule.load_or_none() is None:
+            raise MissingExtraError(what or "building a TensorRT engine", self.extra, self.packages)
+
+    # -- check --------------------------------------------------------------------------------
+    def check(self, model: ir.Model, target: Target) -> list[Blocker]:
+        precision = target.get("precision", "fp32")
+        blockers = check_report(model).blockers
+        if precision not in PRECISIONS:
+            blockers.append(Blocker("*", f"precision {precision!r} is not one of "
+                                         f"{', '.join(PRECISIONS)}"))
+        return blockers
+
+    # -- convert ------------------------------------------------------------------------------
+    def convert(self, model: ir.Model, target: Target, workdir: Path) -> Artifact:
+        import onnx_ir as ir
+
+        from unframe.converters.backends.tensorrt.build import BuildOptions, build
+        from unframe.converters.backends.tensorrt.precision import lower_precision
+        from unframe.converters.backends.tensorrt.prepare import prepare
+        from unframe.converters.backends.tensorrt.profiles import make_profile
+
+        self.ensure_available()
+        trt = trtmodule.load_or_none()
+        precision = target.get("precision", "fp32")
+        if precision not in PRECISIONS:
+            raise UsageError(f"unknown TensorRT precision {precision!r}",
+                             f"use one of {', '.join(PRECISIONS)}")
+        prepared = lower_precision(prepare(model.clone()), precision)
+        profile = make_profile(prepared, target.get("shapes"), target.get("sample_shapes"),
+                               bool(target.get("static", False)))
+        workdir.mkdir(parents=True, exist_ok=True)
+        onnx_path = workdir / "tensorrt_prepared.onnx"
+        ir.save(prepared, onnx_path, external_data="tensorrt_prepared.onnx.data"
+                if _large(prepared) else None)
+        options = BuildOptions(
+            workspace=_int_or_none(target.get("workspace")),
+            timing_cache=Path(target.get("timing_cache")) if target.get("timing_cache") else None,
+            version_compatible=bool(target.get("version_compatible", False)),
+            hardware_compatibility=target.get("hardware_compatibility"),
+            optimization_level=_int_or_none(target.get("builder_optimization_level")))
+        result = build(trt, onnx_path, profile, options)
+        meta = self._metadata(trt, precision, profile, result.flags, onnx_path)
+        notes = [f"built with {trt.__name__} {trt.__version__} ({meta['gpu']})",
+                 *result.notes]
+        if precision != "fp32":
+            notes.append(f"{precision} compute set in the graph (strongly typed network); "
+                         "inputs and outputs keep their types")
+        return Artifact(kind="engine", model=result.engine, metadata=meta, notes=notes)
+
+    def _metadata(self, trt: Any, precision: str, profile: dict[str, Any],
+                  flags: dict[str, Any], onnx_path: Path) -> dict[str, Any]:
+        device = trtmodule.cuda_device()
+        return {
+            "format": "unframe TensorRT engine sidecar v1",
+            "flavour": trt.__name__,
+            "tensorrt_version": str(trt.__version__),
+            "gpu": AOT_ON_CPU if isinstance(device, str) else device.name,
+            "compute_capability": None if isinstance(device, str) else device.compute_capability,
+            "precision": precision,
+            "strongly_typed": True,
+            "profiles": [{name: p.to_dict() for name, p in profile.items()}],
+            "flags": flags,
+            "prepared_onnx_sha256": hashlib.sha256(onnx_path.read_bytes()).hexdigest(),
+            "provenance": {},
+        }
+
+    # -- run ----------------------------------------------------------------------------------
+    def runner(self, artifact: Artifact, target: Target) -> Runner:
+        device = trtmodule.cuda_device()  # before any TensorRT runtime object: see trtmodule
+        if isinstance(device, str):
+            raise RunnerUnavailable(f"no CUDA device: {device}")
+        from unframe.converters.backends.tensorrt.runner import TensorRTRunner
+
+        return TensorRTRunner(artifact.model)
+
+    def tolerance(self, dtype: np.dtype, target: Target) -> tuple[float, float] | None:
+        if np.dtype(dtype).kind != "f":
+            return None
+        return TOLERANCES.get(target.get("precision", "fp32"), TOLERANCES["fp32"])
+
+    def stamp(self, artifact: Artifact, provenance: dict[str, str]) -> None:
+        artifact.metadata.setdefault("provenance", {}).update(provenance)
+
+    def write(self, artifact: Artifact, path: Path) -> list[Path]:
+        path.write_bytes(artifact.model)
+        meta = dict(artifact.metadata, engine_sha256=hashlib.sha256(artifact.model).hexdigest())
+        return [path, write_sidecar(path, meta)]
+
+
+def _int_or_none(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+def _large(model: ir.Model) -> bool:
+    total = 0
+    for value in model.graph.initializers.values():
+        if value.const_value is not None:
+            total += value.const_value.nbytes
+    return total > 1_500_000_000

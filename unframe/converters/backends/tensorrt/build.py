@@ -1,0 +1,176 @@
+"""Parse a prepared ONNX file and build a serialized engine with TensorRT's builder.
+
+Strongly typed network (precision comes from the graph), one optimization profile, optional
+workspace limit, timing cache, version- and hardware-compatibility. Failures become typed errors:
+a parse error names the node, op and parser message; a build that returns nothing says the likely
+cause (workspace, precision, shape range) from the builder's logged errors.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from unframe.converters.backends.tensorrt import trtmodule
+from unframe.converters.backends.tensorrt.profiles import ProfileShape
+from unframe.errors import Blocker, ConversionError, UnsupportedError, UsageError
+
+HARDWARE_LEVELS = {
+    "none": "NONE", "ampere+": "AMPERE_PLUS", "ampere_plus": "AMPERE_PLUS",
+    "same-cc": "SAME_COMPUTE_CAPABILITY", "same_compute_capability": "SAME_COMPUTE_CAPABILITY",
+}
+CAUSES = (
+    ("workspace", ("memory", "workspace", "allocat", "out of memory")),
+    ("shape range", ("profile", "dimension", "shape", "dims")),
+    ("precision", ("type", "precision", "fp16", "bf16", "half", "fp8", "int8")),
+)
+
+
+@dataclass
+class BuildOptions:
+    workspace: int | None = None
+    timing_cache: Path | None = None
+    version_compatible: bool = False
+    hardware_compatibility: str | None = None
+    optimization_level: int | None = None
+
+
+@dataclass
+class BuildResult:
+    engine: bytes
+    warnings: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    flags: dict[str, Any] = field(default_factory=dict)
+
+
+def parse(trt: ModuleType, onnx_path: Path, logger: Any) -> tuple[Any, Any, Any]:
+    """(builder, network, parser) for the ONNX file; UnsupportedError naming every node the
+    parser refused."""
+    builder = trt.Builder(logger)
+    network = builder.create_network(trtmodule.strongly_typed_flags(trt))
+    parser = trt.OnnxParser(network, logger)
+    if not parser.parse_from_file(os.fspath(onnx_path)):
+        blockers = parse_errors(parser)
+        first = blockers[0] if blockers else Blocker("?", "the parser failed without saying why")
+        raise UnsupportedError(
+            f"TensorRT's ONNX parser refused {onnx_path.name}: {first}"
+            + (f" (+{len(blockers) - 1} more)" if len(blockers) > 1 else ""),
+            "see the blockers; `unframe check MODEL --to tensorrt` lists what the table knows",
+            blockers=blockers)
+    return builder, network, parser
+
+
+def parse_errors(parser: Any) -> list[Blocker]:
+    out: list[Blocker] = []
+    for i in range(parser.num_errors):
+        error = parser.get_error(i)
+        message = " ".join(str(error.desc()).split())
+        out.append(Blocker(str(error.node_operator()) or "?", f"parser: {message}",
+                           str(error.node_name()) or f"#{int(error.node())}"))
+    return out
+
+
+def build(trt: ModuleType, onnx_path: Path, profile: dict[str, ProfileShape],
+          options: BuildOptions) -> BuildResult:
+    logger = trtmodule.CollectingLogger(trt)
+    builder, network, _parser = parse(trt, onnx_path, logger)
+    config = builder.create_builder_config()
+    flags = _configure(trt, builder, config, profile, options)
+    cache = _load_timing_cache(config, options.timing_cache)
+    serialized = builder.build_serialized_network(network, config)
+    if serialized is None:
+        raise _build_failure(logger, builder, profile)
+    result = BuildResult(engine=bytes(serialized), flags=flags,
+                         warnings=[m for lvl, m in logger.messages if lvl == "WARNING"][:20])
+    if options.timing_cache is not None:
+        _save_timing_cache(config, options.timing_cache)
+        result.notes.append(f"timing cache {'updated' if cache else 'written'}: "
+                            f"{options.timing_cache}")
+    return result
+
+
+def _configure(trt: ModuleType, builder: Any, config: Any, profile: dict[str, ProfileShape],
+               options: BuildOptions) -> dict[str, Any]:
+    flags: dict[str, Any] = {}
+    if options.workspace is not None:
+        config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, int(options.workspace))
+        flags["workspace"] = int(options.workspace)
+    if options.optimization_level is not None:
+        config.builder_optimization_level = int(options.optimization_level)
+        flags["builder_optimization_level"] = int(options.optimization_level)
+    if options.version_compatible:
+        flag = getattr(trt.BuilderFlag, "VERSION_COMPATIBLE", None)
+        if flag is None:
+            raise UsageError(f"{trt.__name__} has no version-compatible engines",
+                             "drop --version-compatible")
+        config.set_flag(flag)
+        flags["version_compatible"] = True
+    if options.hardware_compatibility:
+        flags["hardware_compatibility"] = _hardware(trt, config, options.hardware_compatibility)
+    if profile:
+        opt_profile = builder.create_optimization_profile()
+        for name, shape in profile.items():
+            opt_profile.set_shape(name, shape.min, shape.opt, shape.max)
+        config.add_optimization_profile(opt_profile)
+    return flags
+
+
+def _hardware(trt: ModuleType, config: Any, level: str) -> str:
+    key = HARDWARE_LEVELS.get(level.lower().strip())
+    enum = getattr(trt, "HardwareCompatibilityLevel", None)
+    if key is None:
+        raise UsageError(f"unknown --hardware-compatibility {level!r}",
+                         f"use one of: {', '.join(sorted(HARDWARE_LEVELS))}")
+    if enum is None or not hasattr(config, "hardware_compatibility_level"):
+        raise UsageError(f"{trt.__name__} has no hardware-compatibility levels",
+                         "drop --hardware-compatibility")
+    config.hardware_compatibility_level = getattr(enum, key)
+    return key.lower()
+
+
+def _load_timing_cache(config: Any, path: Path | None) -> bool:
+    """Loads the cache at ``path`` if it exists (else starts an empty one); True if loaded."""
+    data = path.read_bytes() if path is not None and path.is_file() else b""
+    cache = config.create_timing_cache(data)
+    config.set_timing_cache(cache, ignore_mismatch=False)
+    return bool(data)
+
+
+def _save_timing_cache(config: Any, path: Path) -> None:
+    cache = config.get_timing_cache()
+    if cache is None:
+        return
+    data = bytes(cache.serialize())
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=path.name, dir=path.parent)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+def _build_failure(logger: Any, builder: Any, profile: dict[str, ProfileShape]) -> ConversionError:
+    errors = list(logger.errors())
+    recorder = getattr(builder, "error_recorder", None)
+    if recorder is not None:
+        errors.extend(str(recorder.get_error_desc(i)) for i in range(recorder.num_errors()))
+    text = " ".join(errors).lower()
+    cause = next((name for name, words in CAUSES if any(w in text for w in words)), None)
+    first = errors[0] if errors else "no error was logged"
+    hints = {
+        "workspace": "raise --workspace (or free GPU memory)",
+        "shape range": f"check the optimization profile {_describe(profile)} against the model",
+        "precision": "an op can't run in the requested precision: try --precision fp32",
+        None: "rerun with --debug and report the builder log",
+    }
+    return ConversionError(
+        f"TensorRT's builder returned no engine"
+        + (f" (likely cause: {cause})" if cause else "") + f": {first}",
+        hints[cause], details={"builder_errors": errors[:20]})
+
+
+def _describe(profile: dict[str, ProfileShape]) -> str:
+    return "; ".join(f"{n}: {p.min}..{p.max}" for n, p in profile.items()) or "(static)"

@@ -1,0 +1,214 @@
+"""Reduced precision in the graph itself, for strongly typed TensorRT networks.
+
+TensorRT 11 and TensorRT-RTX have no FP16/BF16 builder flags: a tensor computes in the type the
+graph gives it. ``LowerPrecisionPass`` rewrites float32 compute to fp16 or bf16 while:
+
+- keeping the model's input and output types (Casts at the boundary);
+- keeping numerically sensitive ops in fp32 (Softmax, reductions, normalizations, Exp/Log/Pow,
+  ...), with Casts into and out of them;
+- keeping any op in fp32 that TensorRT's table does not list for the low type (e.g. STFT), or
+  whose float type is set by an attribute (ConstantOfShape, Random*, EyeLike), or that has a
+  subgraph;
+- leaving inputs the ONNX spec fixes to float32 (Resize ``scales``) untouched.
+
+Before (fp16)::
+
+    x: f32 -> Conv(W: f32) -> Softmax -> y: f32
+
+After::
+
+    x: f32 -> Cast(f16) -> Conv(W: f16) -> Cast(f32) -> Softmax -> y: f32
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy as np
+import onnx_ir as ir
+
+from unframe.converters.backends.tensorrt.preflight import infer_dtypes
+from unframe.converters.backends.tensorrt.table import lookup
+
+FLOAT = ir.DataType.FLOAT
+LOW_TYPES = {"fp16": ir.DataType.FLOAT16, "bf16": ir.DataType.BFLOAT16}
+TABLE_NAMES = {ir.DataType.FLOAT16: "FP16", ir.DataType.BFLOAT16: "BF16"}
+# Ops whose accuracy falls apart in 16-bit: accumulations, exponentials, normalizations.
+KEEP_FP32 = frozenset({
+    "Softmax", "LogSoftmax", "Hardmax", "Exp", "Log", "Pow", "Sqrt", "Reciprocal", "Erf",
+    "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceMax", "ReduceMean",
+    "ReduceMin", "ReduceProd", "ReduceSum", "ReduceSumSquare", "CumSum",
+    "LayerNormalization", "BatchNormalization", "InstanceNormalization", "GroupNormalization",
+    "RMSNormalization", "LpNormalization", "MeanVarianceNormalization", "LRN",
+    "Range", "QuantizeLinear", "DequantizeLinear", "NonMaxSuppression", "RoiAlign", "STFT",
+    "DFT", "Einsum",
+})
+# Ops whose output float type comes from an attribute: they stay fp32 and get a Cast after.
+TYPED_BY_ATTRIBUTE = frozenset({
+    "Constant", "ConstantOfShape", "RandomNormal", "RandomUniform", "RandomNormalLike",
+    "RandomUniformLike", "EyeLike", "Multinomial", "Bernoulli", "BlackmanWindow",
+    "HammingWindow", "HannWindow",
+})
+
+
+class LowerPrecisionPass(ir.passes.InPlacePass):
+    """Compute in ``precision`` ("fp16" or "bf16") where it is safe; see the module docstring."""
+
+    def __init__(self, precision: str) -> None:
+        super().__init__()
+        if precision not in LOW_TYPES:
+            raise ValueError(f"precision must be one of {sorted(LOW_TYPES)}, not {precision!r}")
+        self.low = LOW_TYPES[precision]
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        graph = model.graph
+        dtypes = infer_dtypes(model)
+        opset = model.opset_imports.get("", 18)
+        low_nodes = [n for n in graph if self._goes_low(n, dtypes)]
+        casts = _Casts(graph)
+        low_set = {id(n) for n in low_nodes}
+        for node in low_nodes:
+            pinned = set(_pinned_float_inputs(node, opset))
+            for index, value in enumerate(node.inputs):
+                if value is None or index in pinned or _dtype(value, dtypes) != FLOAT:
+                    continue
+                node.replace_input_with(index, casts.low(value, self.low))
+            if node.op_type == "Cast":
+                node.attributes["to"] = ir.AttrInt64("to", int(self.low))
+            for value in node.outputs:
+                if _dtype(value, dtypes) == FLOAT or (node.op_type == "Cast" and value.dtype):
+                    value.dtype = self.low
+                    dtypes[value.name or ""] = int(self.low)
+        self._restore_fp32(graph, low_set, casts, dtypes)
+        return ir.passes.PassResult(model, modified=bool(low_nodes))
+
+    def _goes_low(self, node: ir.Node, dtypes: dict[str, int]) -> bool:
+        if node.domain not in ("", "ai.onnx") or node.op_type in KEEP_FP32 | TYPED_BY_ATTRIBUTE:
+            return False
+        if any(a.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS)
+               for a in node.attributes.values()):
+            return False
+        row = lookup(node.op_type)
+        if row is None or not row.supported or (row.types and TABLE_NAMES[self.low] not in row.types):
+            return False
+        if node.op_type == "Cast":
+            to = node.attributes.get("to")
+            return to is not None and int(to.value) == int(FLOAT)
+        return any(_dtype(v, dtypes) == FLOAT for v in [*node.inputs, *node.outputs] if v)
+
+    def _restore_fp32(self, graph: ir.Graph, low_set: set[int], casts: "_Casts",
+                      dtypes: dict[str, int]) -> None:
+        """fp32 consumers of low values, and graph outputs, get a Cast back to float32."""
+        for node in list(graph):
+            if id(node) in low_set or node.op_type == "Cast" and node.name.startswith(_Casts.PREFIX):
+                continue
+            for index, value in enumerate(node.inputs):
+                if value is not None and value.dtype == self.low and _made_low(value, low_set):
+                    node.replace_input_with(index, casts.fp32(value))
+        for i, out in enumerate(list(graph.outputs)):
+            if out.dtype == self.low and _made_low(out, low_set):
+                graph.outputs[i] = casts.fp32_output(out)
+
+
+def _made_low(value: ir.Value, low_set: set[int]) -> bool:
+    producer = value.producer()
+    return producer is not None and (id(producer) in low_set or
+                                     producer.name.startswith(_Casts.PREFIX))
+
+
+def _dtype(value: ir.Value, dtypes: dict[str, int]) -> ir.DataType | None:
+    if value.dtype is not None:
+        return value.dtype
+    code = dtypes.get(value.name or "")
+    return ir.DataType(code) if code else None
+
+
+def _pinned_float_inputs(node: ir.Node, opset: int) -> Iterable[int]:
+    """Inputs whose ONNX type is exactly tensor(float), not a type variable (Resize scales)."""
+    import onnx
+
+    try:
+        schema = onnx.defs.get_schema(node.op_type, opset, "")
+    except Exception:  # unknown op: nothing is pinned
+        return []
+    formals = schema.inputs
+    return [i for i in range(len(node.inputs))
+            if formals and formals[min(i, len(formals) - 1)].type_str == "tensor(float)"]
+
+
+class _Casts:
+    """Creates (once per value) the Casts and fp16/bf16 copies of initializers."""
+
+    PREFIX = "unframe_precision_cast"
+
+    def __init__(self, graph: ir.Graph) -> None:
+        self.graph = graph
+        self._low: dict[int, ir.Value] = {}
+        self._fp32: dict[int, ir.Value] = {}
+        self._n = 0
+
+    def low(self, value: ir.Value, low: ir.DataType) -> ir.Value:
+        key = id(value)
+        if key not in self._low:
+            if value.const_value is not None and not value.is_graph_input():
+                self._low[key] = self._low_initializer(value, low)
+            else:
+                self._low[key] = self._cast(value, low)
+        return self._low[key]
+
+    def fp32(self, value: ir.Value) -> ir.Value:
+        key = id(value)
+        if key not in self._fp32:
+            self._fp32[key] = self._cast(value, FLOAT)
+        return self._fp32[key]
+
+    def fp32_output(self, value: ir.Value) -> ir.Value:
+        """Keep the output's name: the low value is renamed and the Cast takes the name."""
+        name = value.name
+        value.name = f"{name}__{value.dtype.name.lower()}"
+        cast = self._cast(value, FLOAT, output_name=name)
+        cast.shape = value.shape
+        return cast
+
+    def _low_initializer(self, value: ir.Value, low: ir.DataType) -> ir.Value:
+        array = value.const_value.numpy().astype(np.float32)  # type: ignore[union-attr]
+        name = f"{value.name}__{low.name.lower()}"
+        tensor = ir.Tensor(_to_low(array, low), dtype=low, name=name)
+        new = ir.Value(name=name, const_value=tensor, shape=value.shape, type=ir.TensorType(low))
+        self.graph.register_initializer(new)
+        return new
+
+    def _cast(self, value: ir.Value, to: ir.DataType, output_name: str | None = None) -> ir.Value:
+        self._n += 1
+        node = ir.Node("", "Cast", [value], [ir.AttrInt64("to", int(to))],
+                       name=f"{self.PREFIX}_{self._n}")
+        out = node.outputs[0]
+        out.name = output_name or f"{value.name}__to_{to.name.lower()}_{self._n}"
+        out.dtype = to
+        out.shape = value.shape
+        producer = value.producer()
+        if producer is not None and producer.graph is self.graph:
+            self.graph.insert_after(producer, node)
+        else:
+            self.graph.insert_before(self.graph.node(0), node) if len(self.graph) else \
+                self.graph.append(node)
+        return out
+
+
+def _to_low(array: np.ndarray, low: ir.DataType) -> np.ndarray:
+    if low == ir.DataType.FLOAT16:
+        return array.astype(np.float16)
+    import ml_dtypes
+
+    return array.astype(ml_dtypes.bfloat16)
+
+
+def lower_precision(model: ir.Model, precision: str | None) -> ir.Model:
+    """Apply ``LowerPrecisionPass`` unless precision is None/"fp32"."""
+    import onnx_ir.passes.common as common_passes
+
+    if precision in (None, "fp32"):
+        return model
+    passes = ir.passes.PassManager([LowerPrecisionPass(precision),
+                                    common_passes.RemoveUnusedNodesPass()])
+    return passes(model).model

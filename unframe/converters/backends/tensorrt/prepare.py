@@ -1,0 +1,218 @@
+"""Graph preparation for TensorRT's ONNX parser, as onnx-ir passes.
+
+``prepare(model)`` runs, in order:
+
+1. ``LiftConstantsToInitializersPass`` (onnx-ir): Constant nodes become initializers.
+Shape inference (onnx's, through onnx-ir's ``ShapeInferencePass``) runs first, best effort.
+
+2. ``FoldConstantsPass``: nodes whose inputs are all initializers (or ``Shape``/``Size`` of a
+   tensor with a static shape) are evaluated with onnx's reference evaluator and replaced by an
+   initializer. Shape-computing subgraphs and Resize scales thus reach the parser as weights,
+   which is what its "must be an initializer" restrictions ask for.
+3. ``NarrowInt64Pass``: int64 index constants that fit in int32 become int32 where the op takes
+   either (TensorRT computes indices in int32; int64 needs casts inside the engine).
+4. ``RemoveUnusedNodesPass`` (onnx-ir): what folding left unused.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import onnx_ir as ir
+import onnx_ir.passes.common as common_passes
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_DOMAINS = ("", "ai.onnx")
+NONDETERMINISTIC = {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike",
+                    "Multinomial", "Bernoulli", "Dropout"}
+# A folded output may grow over its inputs (Expand, ConstantOfShape, Tile): allow small ones only.
+FOLD_GROWTH_BYTES = 1 << 20
+INT32_MIN, INT32_MAX = np.iinfo(np.int32).min, np.iinfo(np.int32).max
+
+
+class FoldConstantsPass(ir.passes.InPlacePass):
+    """Evaluate nodes of the main graph whose inputs are all known at build time.
+
+    Before::
+
+        s = Shape(x: [1, 3, 8, 8]);  g = Gather(s, 1: int64);  y = Reshape(x, Concat(g, -1))
+
+    After::
+
+        y = Reshape(x, c: int64[2] = [3, -1])      # c is an initializer
+    """
+
+    def __init__(self, opset: int | None = None) -> None:
+        super().__init__()
+        self.opset = opset
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        opset = self.opset or model.opset_imports.get("", 18)
+        graph = model.graph
+        graph_inputs = {v.name for v in graph.inputs}
+        count = 0
+        for node in list(graph):
+            arrays = self._fold(node, opset, graph_inputs)
+            if arrays is None:
+                continue
+            for old, array in zip(node.outputs, arrays):
+                new = ir.Value(name=f"{old.name}__folded", const_value=ir.Tensor(
+                    array, name=f"{old.name}__folded"), shape=ir.Shape(array.shape),
+                    type=ir.TensorType(ir.DataType.from_numpy(array.dtype)))
+                graph.register_initializer(new)
+                ir.convenience.replace_all_uses_with(old, new)
+            count += 1
+        return ir.passes.PassResult(model, modified=bool(count))
+
+    def _fold(self, node: ir.Node, opset: int,
+              graph_inputs: set[str]) -> list[np.ndarray] | None:
+        if node.domain not in DEFAULT_DOMAINS or node.op_type in NONDETERMINISTIC:
+            return None
+        if any(o.is_graph_output() for o in node.outputs):
+            return None  # the model's signature stays as it is
+        if any(a.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS)
+               for a in node.attributes.values()):
+            return None
+        if node.op_type in ("Shape", "Size"):
+            return _shape_of_static(node)
+        inputs = [v for v in node.inputs if v is not None]
+        if not inputs or any(v.const_value is None or v.name in graph_inputs for v in inputs):
+            return None
+        arrays = _evaluate(node, opset)
+        if arrays is None:
+            return None
+        in_bytes = sum(v.const_value.nbytes for v in inputs)  # type: ignore[union-attr]
+        if sum(a.nbytes for a in arrays) > max(FOLD_GROWTH_BYTES, 2 * in_bytes):
+            return None
+        return arrays
+
+
+def _shape_of_static(node: ir.Node) -> list[np.ndarray] | None:
+    value = node.inputs[0]
+    shape = value.shape if value is not None else None
+    if shape is None or not all(isinstance(d, int) for d in shape):
+        return None
+    dims = [int(d) for d in shape]
+    if node.op_type == "Size":
+        return [np.array(int(np.prod(dims, dtype=np.int64)), dtype=np.int64)]
+    start = node.attributes["start"].value if "start" in node.attributes else 0
+    end = node.attributes["end"].value if "end" in node.attributes else None
+    return [np.array(dims[slice(start, end)], dtype=np.int64)]
+
+
+def _evaluate(node: ir.Node, opset: int) -> list[np.ndarray] | None:
+    """Run one node with onnx's reference evaluator; None when it can't."""
+    import onnx
+    from onnx.reference import ReferenceEvaluator
+
+    proto = ir.serde.serialize_node(node)
+    feeds = {v.name: v.const_value.numpy() for v in node.inputs if v is not None}  # type: ignore[union-attr]
+    inputs = [onnx.helper.make_tensor_value_info(name, onnx.helper.np_dtype_to_tensor_dtype(
+        a.dtype), a.shape) for name, a in feeds.items()]
+    outputs = [onnx.helper.make_empty_tensor_value_info(name) for name in proto.output if name]
+    graph = onnx.helper.make_graph([proto], "fold", inputs, outputs)
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", opset)])
+    try:
+        results = ReferenceEvaluator(model).run(None, feeds)
+    except Exception as exc:  # an op the evaluator lacks: leave the node to the parser
+        logger.debug("not folding %s: %s", node.op_type, exc)
+        return None
+    if not all(isinstance(r, np.ndarray) for r in results):
+        return None
+    return [np.asarray(r) for r in results]
+
+
+# op -> input indices that accept int32 as well as int64 (their type variable is index-only).
+NARROWABLE_INPUTS: dict[str, tuple[int, ...]] = {
+    "Gather": (1,), "GatherElements": (1,), "ScatterElements": (1,), "Scatter": (1,),
+    "OneHot": (0, 1),
+}
+# Slice's starts/ends/axes/steps share one type variable: narrowed together, clamped to int32
+# (an int64 "to the end" sentinel means the same clamped to INT32_MAX).
+SLICE_INDEX_INPUTS = (1, 2, 3, 4)
+
+
+class NarrowInt64Pass(ir.passes.InPlacePass):
+    """int64 index initializers that fit in int32 become int32 where every consumer takes int32.
+
+    Before::  y = Gather(x, idx: int64[3] = [0, 2, 1])
+    After::   y = Gather(x, idx: int32[3] = [0, 2, 1])
+
+    Slice: ``Slice(x, starts: int64 = [1], ends: int64 = [9223372036854775807])`` becomes
+    ``Slice(x, starts: int32 = [1], ends: int32 = [2147483647])`` (ends clamp: same meaning for any
+    dim below 2**31).
+    """
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        graph = model.graph
+        graph_inputs = {v.name for v in graph.inputs}
+        count = 0
+        for node in list(graph):
+            if node.domain not in DEFAULT_DOMAINS:
+                continue
+            if node.op_type == "Slice":
+                count += self._narrow_slice(node, graph, graph_inputs)
+            for index in NARROWABLE_INPUTS.get(node.op_type, ()):
+                value = node.inputs[index] if index < len(node.inputs) else None
+                array = _int64_const(value, graph_inputs)
+                if array is not None and _fits(array) and _only_narrowable_uses(value):
+                    _retype(value, array.astype(np.int32))
+                    count += 1
+        return ir.passes.PassResult(model, modified=bool(count))
+
+    def _narrow_slice(self, node: ir.Node, graph: ir.Graph, graph_inputs: set[str]) -> int:
+        values = [node.inputs[i] for i in SLICE_INDEX_INPUTS if i < len(node.inputs)
+                  and node.inputs[i] is not None]
+        arrays = [_int64_const(v, graph_inputs) for v in values]
+        if not values or any(a is None for a in arrays):
+            return 0
+        if any(len(v.uses()) != 1 for v in values):
+            return 0  # shared with another consumer: leave it alone
+        for value, array in zip(values, arrays):
+            _retype(value, np.clip(array, INT32_MIN, INT32_MAX).astype(np.int32))  # type: ignore[arg-type]
+        return len(values)
+
+
+def _int64_const(value: ir.Value | None, graph_inputs: set[str]) -> np.ndarray | None:
+    if value is None or value.const_value is None or value.name in graph_inputs:
+        return None
+    if value.const_value.dtype != ir.DataType.INT64 or value.is_graph_output():
+        return None
+    return value.const_value.numpy()
+
+
+def _fits(array: np.ndarray) -> bool:
+    return array.size == 0 or (int(array.min()) >= INT32_MIN and int(array.max()) <= INT32_MAX)
+
+
+def _only_narrowable_uses(value: ir.Value) -> bool:
+    return all(index in NARROWABLE_INPUTS.get(user.op_type, ()) for user, index in value.uses())
+
+
+def _retype(value: ir.Value, array: np.ndarray) -> None:
+    value.const_value = ir.Tensor(array, name=value.name)
+    value.dtype = ir.DataType.INT32
+
+
+def infer_shapes(model: ir.Model) -> ir.Model:
+    """onnx shape inference through onnx-ir, best effort: folding ``Shape`` needs static shapes,
+    but a model inference can't handle is still prepared (and the parser infers its own)."""
+    try:
+        return common_passes.ShapeInferencePass(check_type=False, strict_mode=False)(model).model
+    except Exception as exc:  # e.g. a >2 GB model or an op inference doesn't know
+        logger.debug("shape inference skipped: %s", exc)
+        return model
+
+
+def prepare(model: ir.Model) -> ir.Model:
+    """Run the TensorRT preparation passes on ``model`` (in place) and return it."""
+    model = infer_shapes(model)
+    passes = ir.passes.PassManager([
+        common_passes.LiftConstantsToInitializersPass(lift_all_constants=True, size_limit=0),
+        FoldConstantsPass(),
+        NarrowInt64Pass(),
+        common_passes.RemoveUnusedNodesPass(),
+    ], steps=1)
+    return passes(model).model
