@@ -192,21 +192,16 @@ def _print_result(result: Any, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(result.to_dict(), indent=2, default=str))
         return
-    from rich.table import Table
-
     con = _console()
     con.print(result.route.describe(), markup=False)
     notes = (result.export.notes if result.export else []) + result.artifact.notes
     for n in notes:
         con.print(f"note: {n}", markup=False)
     if result.report.stages:
-        table = Table(title="parity", show_lines=False)
-        for col in ("stage", "reference", "candidate", "status", "cases", "max abs err", "max rel err"):
-            table.add_column(col)
         for s in result.report.stages:
-            table.add_row(s.stage, s.reference, s.candidate, s.status if not s.reason or s.status == "passed"
-                          else f"{s.status}: {s.reason}", str(s.cases), f"{s.max_abs:.3g}", f"{s.max_rel:.3g}")
-        con.print(table)
+            style = {"passed": "green", "failed": "red", "skipped": "yellow"}[s.status]
+            con.print(f"[{style}]parity[/] {s.summary()}", highlight=False)
+            con.print(f"       {s.reference}  vs  {s.candidate}", markup=False)
     elif result.route.stages and any(st.name == "parity" for st in result.route.stages):
         con.print("parity: not validated (--no-validate)")
     else:

@@ -156,7 +156,7 @@ def onnx_runner(model: Any) -> Runner:
     except Exception as exc:  # onnxruntime refuses: unsupported opset/op/type
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         runner = ReferenceRunner(model, why=first)
-        runner.name += " (onnxruntime could not load the model)"
+        runner.name += " (onnxruntime refused the model)"
         return runner
 
 

@@ -1,0 +1,78 @@
+"""The opset path through the public API and CLI (the converter itself is tested in
+tests/version_converter)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from click.testing import CliRunner
+from conftest import mlp_model, snapshot
+from onnx import TensorProto, helper
+
+import unframe
+from unframe.cli.main import cli
+from unframe.errors import UnsupportedError
+
+
+@pytest.mark.parametrize("target", [9, 11, 17, 21])
+def test_convert_opset_up_and_down_matches_original(mlp_path: Path, tmp_path: Path, target: int):
+    out = tmp_path / f"m{target}.onnx"
+    result = unframe.convert_opset(mlp_path, target, output=out)
+    assert result.report and [s.stage for s in result.report.stages] == ["opset"]
+    loaded = onnx.load(out)
+    assert {o.domain: o.version for o in loaded.opset_import}[""] == target
+    onnx.checker.check_model(loaded, full_check=True)
+    x = np.random.default_rng(7).standard_normal((6, 4)).astype(np.float32)
+    want = ort.InferenceSession(str(mlp_path)).run(None, {"x": x})[0]
+    got = ort.InferenceSession(str(out)).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    assert json.loads({p.key: p.value for p in loaded.metadata_props}["unframe.opset_path"])
+
+
+def _bf16_model(folder: Path) -> Path:
+    g = helper.make_graph([helper.make_node("Add", ["a", "b"], ["c"], name="bf16_add")], "g",
+                          [helper.make_tensor_value_info("a", TensorProto.BFLOAT16, [2]),
+                           helper.make_tensor_value_info("b", TensorProto.BFLOAT16, [2])],
+                          [helper.make_tensor_value_info("c", TensorProto.BFLOAT16, [2])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 14)])
+    m.ir_version = 8
+    p = folder / "bf16.onnx"
+    onnx.save(m, p)
+    return p
+
+
+def test_impossible_downgrade_is_refused_with_blockers_and_writes_nothing(tmp_path: Path):
+    src = _bf16_model(tmp_path)
+    before = snapshot(tmp_path)
+    with pytest.raises(UnsupportedError) as info:
+        unframe.convert_opset(src, 9, output=tmp_path / "o.onnx")
+    assert any(b.node == "bf16_add" and b.op == "Add" for b in info.value.blockers)
+    res = CliRunner().invoke(cli, ["opset", str(src), "--to", "9", "-o", str(tmp_path / "o.onnx")])
+    assert res.exit_code == 4
+    assert "bf16_add" in res.stderr
+    assert snapshot(tmp_path) == before
+
+
+def test_convert_with_opset_flag(mlp_path: Path, tmp_path: Path):
+    res = CliRunner().invoke(cli, ["convert", str(mlp_path), "--opset", "18", "-o", str(tmp_path / "o.onnx"), "--json"])
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.stdout)
+    assert data["route"]["opset_path"] == [13, 18]
+    assert data["parity"]["stages"][0]["stage"] == "opset" and data["parity"]["passed"]
+
+
+def test_check_lists_opset_blockers(tmp_path: Path):
+    src = _bf16_model(tmp_path)
+    res = CliRunner().invoke(cli, ["check", str(src), "--to", "onnx", "--opset", "9", "--json"])
+    assert res.exit_code == 4
+    assert json.loads(res.stdout)["blockers"][0]["node"] == "bf16_add"
+
+
+def test_in_memory_model(tmp_path: Path):
+    result = unframe.convert_opset(mlp_model(opset=11), 15)
+    assert result.artifact.model.opset_imports[""] == 15
