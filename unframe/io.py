@@ -144,9 +144,9 @@ def check_external_data(proto: onnx.ModelProto, path: Path) -> None:
 # ------------------------------------------------------------------------- graph checks -----
 def check_graph(proto: onnx.ModelProto, where: str) -> None:
     """Structural checks with one-line errors: opsets, domains, undefined inputs, cycles."""
-    from unframe.opset_facts import newest_known_opset
+    from unframe.opset import newest_opset
 
-    newest = newest_known_opset()
+    newest = newest_opset()
     imports = {o.domain or "": o.version for o in proto.opset_import}
     if imports.get("", imports.get("ai.onnx", 0)) > newest:
         raise UnsupportedError(
