@@ -1,0 +1,152 @@
+"""The opset version converter: any model between opset 7 and the newest opset, up or down.
+
+``convert_opset(model, target)`` converts an ``onnx_ir.Model`` in place. It first converts a clone
+(initializer tensors are shared, never read), collecting every blocker; only if none is found is the
+converted graph moved into ``model``. So a refused model is left untouched and the error lists all
+blockers at once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import onnx_ir as ir
+
+from unframe import opset as facts
+from unframe.errors import Blocker, UnsupportedError, UsageError
+from unframe.version_converter.registry import ADAPTERS, adapter
+from unframe.version_converter.walker import Walker
+
+
+@dataclass
+class OpsetConversion:
+    source_opset: int
+    target_opset: int
+    path: list[str] = field(default_factory=list)
+    nodes_changed: int = 0
+    expanded: list[str] = field(default_factory=list)
+    adapters_used: dict[str, int] = field(default_factory=dict)
+    ir_version: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _required_ir_version(opset: int, ml_opset: int | None) -> int:
+    import onnx.helper
+
+    def first_ir(column: int, version: int) -> int:
+        rows = [row[1] for row in onnx.helper.VERSION_TABLE if row[column] >= version]
+        return min(rows) if rows else max(row[1] for row in onnx.helper.VERSION_TABLE)
+
+    need = first_ir(2, opset)
+    if ml_opset:
+        need = max(need, first_ir(3, ml_opset))
+    return need
+
+
+def _targets(model: ir.Model, target: int, ml_target: int | None) -> dict[str, int]:
+    newest = facts.newest_opset()
+    if not facts.MIN_OPSET <= target <= newest:
+        raise UsageError(f"target opset {target} is outside {facts.MIN_OPSET}..{newest}",
+                         f"choose an opset between {facts.MIN_OPSET} and {newest}")
+    source = facts.model_opset(model)
+    if source and source < 1:
+        raise UsageError(f"the model imports ai.onnx opset {source}", "fix the model's opset_import")
+    targets = {"": target}
+    ml_source = facts.model_opset(model, facts.ML_DOMAIN)
+    if ml_target is not None:
+        newest_ml = facts.newest_opset(facts.ML_DOMAIN)
+        if not 1 <= ml_target <= newest_ml:
+            raise UsageError(f"target ai.onnx.ml opset {ml_target} is outside 1..{newest_ml}",
+                             f"choose an ai.onnx.ml opset between 1 and {newest_ml}")
+        targets[facts.ML_DOMAIN] = ml_target
+    elif ml_source:
+        targets[facts.ML_DOMAIN] = ml_source
+    return targets
+
+
+def _imports_of(owner: Any) -> dict[str, int]:
+    return {("" if k == "ai.onnx" else k): int(v) for k, v in owner.opset_imports.items()}
+
+
+def _run(model: ir.Model, targets: dict[str, int]) -> Walker:
+    from onnx_ir.passes.common import ShapeInferencePass
+
+    # types and ranks of intermediate values let adapters check dtypes and fix axes; shape
+    # inference serializes the graph without large initializers, so no weight is read
+    ShapeInferencePass(strict_mode=False)(model)
+    walker = Walker(targets)
+    walker.walk_graph(model.graph, _imports_of(model.graph))
+    for function in model.functions.values():
+        walker.walk_graph(function, _imports_of(function))
+    return walker
+
+
+def _set_imports(owner: Any, targets: dict[str, int]) -> None:
+    imports = owner.opset_imports
+    if "ai.onnx" in imports:
+        del imports["ai.onnx"]
+    for domain, version in targets.items():
+        if domain == "" or domain in imports:
+            imports[domain] = version
+
+
+def preflight(model: ir.Model, target: int, *, ml_target: int | None = None) -> list[Blocker]:
+    """Every reason ``model`` can't be converted to ``target`` (empty list: it can). Doesn't modify it."""
+    targets = _targets(model, target, ml_target)
+    return _run(model.clone(), targets).blockers
+
+
+def convert_opset(model: ir.Model, target: int, *, ml_target: int | None = None) -> OpsetConversion:
+    """Convert ``model`` in place to ``target`` (ai.onnx) and ``ml_target`` (ai.onnx.ml, default: kept).
+
+    Raises ``UnsupportedError`` listing every blocker, with ``model`` untouched, if anything blocks.
+    """
+    targets = _targets(model, target, ml_target)
+    source = facts.model_opset(model)
+    ml_source = facts.model_opset(model, facts.ML_DOMAIN)
+    work = model.clone()
+    walker = _run(work, targets)
+    if walker.blockers:
+        n = len(walker.blockers)
+        raise UnsupportedError(
+            f"cannot convert the model from opset {source} to {target}: {n} blocker{'s' * (n > 1)}: "
+            + "; ".join(str(b) for b in walker.blockers[:5]) + (" ..." if n > 5 else ""),
+            "see the blockers list; choose another target opset or change the listed nodes",
+            blockers=walker.blockers)
+    _set_imports(work.graph, targets)
+    for function in work.functions.values():
+        _set_imports(function, targets)
+    ml_final = targets.get(facts.ML_DOMAIN) if facts.ML_DOMAIN in work.graph.opset_imports else None
+    ir_version = _required_ir_version(target, ml_final)
+    if work.functions:
+        ir_version = max(ir_version, 8)  # model-local functions exist from IR version 8
+    model.graph = work.graph
+    model.functions.clear()
+    model.functions.update(work.functions)
+    model.ir_version = ir_version
+    path = [f"ai.onnx {source}->{target}"]
+    if ml_final is not None and ml_source and ml_source != ml_final:
+        path.append(f"ai.onnx.ml {ml_source}->{ml_final}")
+    return OpsetConversion(source, target, path, walker.nodes_changed, sorted(set(walker.expanded)),
+                           dict(walker.fired), ir_version)
+
+
+class ConvertVersionPass(ir.passes.InPlacePass):
+    """Convert a model to another opset (see ``convert_opset``); the pass result's model is the input."""
+
+    def __init__(self, target: int, *, ml_target: int | None = None) -> None:
+        super().__init__()
+        self.target = target
+        self.ml_target = ml_target
+        self.last: OpsetConversion | None = None
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        before = facts.model_opset(model)
+        self.last = convert_opset(model, self.target, ml_target=self.ml_target)
+        return ir.passes.PassResult(model, modified=before != self.target or self.last.nodes_changed > 0)
+
+
+__all__ = ["convert_opset", "preflight", "ConvertVersionPass", "OpsetConversion", "adapter", "ADAPTERS"]

@@ -1,0 +1,39 @@
+"""Dropout: ``ratio`` attribute -> input (and ``training_mode`` input) at 12.
+
+11->12::  Dropout(x, ratio=r)             ->  Dropout(x, Constant(r))
+12->11::  Dropout(x, ratio, training)     ->  Dropout(x, ratio=folded)    (refused in training mode)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+
+from unframe.version_converter.context import Step
+from unframe.version_converter.moves import drop_inputs_from, require_types
+from unframe.version_converter.registry import adapter
+
+
+@adapter("Dropout", 11, 12)
+def dropout_11_12(node: ir.Node, step: Step) -> None:
+    ratio = step.drop_attr("ratio")
+    if ratio is None:
+        return
+    node.resize_inputs(2)
+    node.replace_input_with(1, step.const(np.asarray(ratio, dtype=np.float32)))
+
+
+@adapter("Dropout", 12, 11)
+def dropout_12_11(node: ir.Node, step: Step) -> None:
+    require_types(step)
+    training = step.input(2)
+    if training is not None:
+        flag = step.fold(training)
+        if flag is None or bool(flag.reshape(-1)[0]):
+            step.refuse("training_mode is not a constant False; opset 11 has no training mode")
+    ratio = step.fold(step.input(1)) if step.input(1) is not None else None
+    if step.input(1) is not None and ratio is None:
+        step.refuse("ratio is not a constant")
+    drop_inputs_from(step, 1)
+    if ratio is not None:
+        step.set_attr("ratio", ir.AttrFloat32("ratio", float(ratio.reshape(-1)[0])))

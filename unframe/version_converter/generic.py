@@ -1,0 +1,174 @@
+"""Generic adapters, used for a step that has no dedicated adapter.
+
+* compatible: the change does not touch this node (only new dtypes or new attributes/inputs the node
+  does not use, attributes left at their default);
+* type restriction: a dtype-only change; refused on a downgrade when the node's dtype is not allowed
+  at the target.
+
+Both check the node against the target schema: every attribute known (or at its default), the
+input/output count in range, every known dtype allowed. Steps whose semantics change without a
+signature change (e.g. Softmax at 13) are listed in ``SEMANTIC_CHANGES`` and never taken generically.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import onnx_ir as ir
+
+from unframe.version_converter.context import Step
+
+if TYPE_CHECKING:
+    from onnx.defs import OpSchema
+
+# (domain, op, since_version): behaviour changes there without a visible signature change.
+SEMANTIC_CHANGES: dict[tuple[str, str, int], str] = {
+    ("", "Softmax", 13): "the axis semantics changed at opset 13 (input coerced to 2D before)",
+    ("", "LogSoftmax", 13): "the axis semantics changed at opset 13 (input coerced to 2D before)",
+    ("", "Hardmax", 13): "the axis semantics changed at opset 13 (input coerced to 2D before)",
+    ("", "Resize", 11): "Resize-10 has fixed asymmetric coordinates; Resize-11 added modes",
+    ("", "Scan", 9): "Scan-8 has a batch axis and sequence_lens; Scan-9 has neither",
+    ("", "GridSample", 20): "GridSample modes were renamed at opset 20 (bilinear->linear, bicubic->cubic)",
+    ("", "Max", 8): "multidirectional broadcasting was added at opset 8",
+    ("", "Min", 8): "multidirectional broadcasting was added at opset 8",
+    ("", "Sum", 8): "multidirectional broadcasting was added at opset 8",
+    ("", "Mean", 8): "multidirectional broadcasting was added at opset 8",
+    ("", "Upsample", 9): "Upsample's scales moved from an attribute to an input at opset 9",
+    ("", "DFT", 20): "DFT's axis moved from an attribute to an input at opset 20",
+    ("", "Dropout", 12): "Dropout's ratio moved from an attribute to an input at opset 12",
+}
+
+# Ops whose axis attribute counts dimensions of the output rather than of the first input.
+_AXIS_OF_OUTPUT = {"Unsqueeze", "OneHot"}
+
+
+def type_string(type_: ir.TypeProtocol | None) -> str | None:
+    """The ONNX type string ("tensor(float)", "seq(tensor(int64))") of an onnx-ir type."""
+    if type_ is None:
+        return None
+    if isinstance(type_, ir.TensorType):
+        return f"tensor({type_.dtype.name.lower()})" if type_.dtype is not None else None
+    if isinstance(type_, ir.SequenceType):
+        inner = type_string(type_.elem_type)
+        return None if inner is None else f"seq({inner})"
+    if isinstance(type_, ir.OptionalType):
+        inner = type_string(type_.elem_type)
+        return None if inner is None else f"optional({inner})"
+    if isinstance(type_, ir.SparseTensorType):
+        return f"sparse_tensor({type_.dtype.name.lower()})"
+    return None
+
+
+def _allowed(schema: OpSchema, params: Any, index: int) -> frozenset[str] | None:
+    if not params:
+        return None
+    param = params[min(index, len(params) - 1)]
+    if index >= len(params) and param.option.value != 2:  # not variadic: out of range, count check reports it
+        return None
+    for tc in schema.type_constraints:
+        if tc.type_param_str == param.type_str:
+            return frozenset(tc.allowed_type_strs)
+    return frozenset([param.type_str])
+
+
+def check_types(node: ir.Node, schema: OpSchema) -> list[str]:
+    problems = []
+    for kind, values, params in (("input", node.inputs, schema.inputs), ("output", node.outputs, schema.outputs)):
+        for i, v in enumerate(values):
+            if v is None:
+                continue
+            ts = type_string(v.type)
+            allowed = _allowed(schema, params, i)
+            if ts is None or allowed is None:
+                continue
+            if ts not in allowed:
+                problems.append(f"{kind} {i} has type {ts}, not allowed at opset {schema.since_version} "
+                                f"(allowed: {', '.join(sorted(allowed))})")
+    return problems
+
+
+def _count(values: Any) -> int:
+    n = len(values)
+    while n and values[n - 1] is None:
+        n -= 1
+    return n
+
+
+def _attr_equals_default(attr: ir.Attr, schema: OpSchema | None) -> bool:
+    if schema is None or attr.name not in schema.attributes:
+        return False
+    default = schema.attributes[attr.name].default_value
+    if default is None or default.type == 0:
+        return False
+    import onnx
+
+    value = onnx.helper.get_attribute_value(default)
+    mine = attr.value
+    if isinstance(value, bytes):
+        value = value.decode()
+    if isinstance(mine, (list, tuple)) or isinstance(value, (list, tuple)):
+        return list(mine) == list(value)
+    if isinstance(value, float):
+        return abs(float(mine) - value) < 1e-7
+    return mine == value
+
+
+def generic_step(node: ir.Node, step: Step, *, semantics_handled: bool = False) -> None:
+    """Take a step that doesn't affect this node, or refuse and say what the target can't express.
+
+    ``semantics_handled``: an adapter that already dealt with a semantic change calls this for the
+    structural checks.
+    """
+    old, new = step.from_schema, step.to_schema
+    if new is None:
+        step.refuse(f"{node.op_type} does not exist at opset {step.to_version}")
+    why = SEMANTIC_CHANGES.get((step.domain, node.op_type, max(step.from_version, step.to_version)))
+    if why and not semantics_handled:
+        step.refuse(f"{why}; no adapter for this node")
+    problems: list[str] = []
+    droppable = []
+    for name, attr in node.attributes.items():
+        if name in new.attributes:
+            continue
+        if _attr_equals_default(attr, old):
+            droppable.append(name)
+        else:
+            problems.append(f"attribute {name!r} does not exist at opset {step.to_version}")
+    for name, a in new.attributes.items():
+        if a.required and name not in node.attributes:
+            problems.append(f"attribute {name!r} is required at opset {step.to_version}")
+    n_in, n_out = _count(node.inputs), _count(node.outputs)
+    if not new.min_input <= n_in <= new.max_input:
+        problems.append(f"{n_in} inputs, opset {step.to_version} takes {new.min_input}..{new.max_input}")
+    if n_out > new.max_output or len(node.outputs) < new.min_output:
+        problems.append(f"{n_out} outputs, opset {step.to_version} gives {new.min_output}..{new.max_output}")
+    problems += check_types(node, new)
+    negative = _negative_axes_fix(node, step)
+    if isinstance(negative, str):
+        problems.append(negative)
+    if problems:
+        step.refuse("; ".join(problems))
+    for name in droppable:
+        node.attributes.pop(name)
+    if isinstance(negative, tuple):
+        step.set_attr(*negative)
+
+
+def _negative_axes_fix(node: ir.Node, step: Step) -> tuple[str, Any] | str | None:
+    """Negative axes are only allowed from opset 11: make them positive on the way down."""
+    if step.upgrade or step.from_version != 11:
+        return None
+    for name in ("axis", "axes"):
+        value = step.attr(name)
+        if value is None:
+            continue
+        values = list(value) if isinstance(value, (list, tuple)) else [value]
+        if all(v >= 0 for v in values):
+            return None
+        ref = node.outputs[0] if node.op_type in _AXIS_OF_OUTPUT else (node.inputs[0] if node.inputs else None)
+        rank = step.rank(ref)
+        if rank is None:
+            return f"negative {name} needs a known rank below opset 11"
+        fixed = [v + rank if v < 0 else v for v in values]
+        return (name, fixed if isinstance(value, (list, tuple)) else fixed[0])
+    return None

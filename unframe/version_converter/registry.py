@@ -1,0 +1,59 @@
+"""The adapter registry: one entry per (domain, op, from_opset, to_opset) step.
+
+Keys follow onnx's C++ converter: an upgrade step into the schema introduced at opset ``v`` is
+``(op, v - 1, v)``; a downgrade step out of it is ``(op, v, v - 1)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from unframe.registry import Registry
+
+if TYPE_CHECKING:
+    import onnx_ir as ir
+
+    from unframe.version_converter.context import Step
+
+AdapterFn = Callable[["ir.Node", "Step"], None]
+
+BUILTIN_ADAPTER_MODULES = [
+    f"unframe.version_converter.adapters.{name}"
+    for name in ("softmax", "reduce", "split", "squeeze", "clip", "pad", "slice", "topk", "resize",
+                 "dropout", "scatter", "variadic", "misc", "scan")
+]
+
+
+@dataclass(frozen=True)
+class AdapterKey:
+    domain: str
+    op: str
+    from_version: int
+    to_version: int
+
+    def __str__(self) -> str:
+        dom = f"{self.domain}::" if self.domain else ""
+        return f"{dom}{self.op}_{self.from_version}_{self.to_version}"
+
+
+ADAPTERS: Registry[AdapterFn] = Registry(
+    "version-converter adapter", entry_point_group="unframe.adapters",
+    builtins=BUILTIN_ADAPTER_MODULES)
+
+
+def adapter(op: str, from_version: int, to_version: int, *, domain: str = "") -> Callable[[AdapterFn], AdapterFn]:
+    """Register ``fn(node, step)`` as the conversion of ``op`` from ``from_version`` to ``to_version``.
+
+    The function rewrites the node in place (or replaces it through ``step``), or calls
+    ``step.refuse(reason)`` *before* changing anything when the node can't be expressed.
+    """
+    if abs(from_version - to_version) != 1:
+        raise ValueError(f"adapter {op} {from_version}->{to_version}: steps are one opset apart")
+    dom = "" if domain == "ai.onnx" else domain
+    return ADAPTERS.decorator(AdapterKey(dom, op, from_version, to_version))
+
+
+def find_adapter(domain: str, op: str, from_version: int, to_version: int) -> AdapterFn | None:
+    return ADAPTERS.get(AdapterKey(domain, op, from_version, to_version), None)

@@ -1,0 +1,158 @@
+"""The walker: moves every node one schema version at a time towards the target opset.
+
+For each node it looks up the schemas of its op between the node's current opset and the target and
+takes only the steps where the schema changed. Each step uses the registered adapter for
+``(op, from, to)`` or, if none, the generic adapter. On a downgrade below the opset where the op was
+introduced, the node is expanded through its function body and the expansion is walked in turn.
+A refusal is recorded as a ``Blocker`` and the walk goes on, so every blocker is reported at once.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter, deque
+from typing import Any
+
+import onnx.defs
+import onnx_ir as ir
+
+from unframe import opset as facts
+from unframe.errors import Blocker
+from unframe.version_converter import generic
+from unframe.version_converter.context import Refused, Step
+from unframe.version_converter.expand import expand
+from unframe.version_converter.registry import AdapterKey, find_adapter
+
+CONVERTED_DOMAINS = ("", facts.ML_DOMAIN)
+
+
+def _norm(domain: str) -> str:
+    return "" if domain == "ai.onnx" else domain
+
+
+def _schema_since(op: str, version: int, domain: str) -> onnx.defs.OpSchema | None:
+    try:
+        schema = onnx.defs.get_schema(op, version, domain)
+    except Exception:  # unknown op
+        return None
+    return schema if schema.since_version == version else None
+
+
+class Walker:
+    def __init__(self, targets: dict[str, int]) -> None:
+        self.targets = targets  # domain -> target opset
+        self.blockers: list[Blocker] = []
+        self.fired: Counter[str] = Counter()
+        self.expanded: list[str] = []
+        self.nodes_changed = 0
+        self._opset: dict[int, int] = {}
+        self._queue: deque[ir.Node] = deque()
+        self._names = itertools.count()
+        self._seen_graphs: set[int] = set()
+
+    # -- bookkeeping used by Step / expand --------------------------------------------------------
+    def fresh_name(self, hint: str) -> str:
+        return f"{hint}_vc{next(self._names)}"
+
+    def opset_of(self, node: ir.Node) -> int:
+        return self._opset.get(id(node), self.targets.get(_norm(node.domain), 0))
+
+    def register_new(self, node: ir.Node, version: int) -> None:
+        self._opset[id(node)] = version
+        self._queue.append(node)
+
+    # -- the walk -----------------------------------------------------------------------------
+    def walk_graph(self, graph: Any, imports: dict[str, int]) -> None:
+        if id(graph) in self._seen_graphs:
+            return
+        self._seen_graphs.add(id(graph))
+        for node in list(graph):
+            self._opset.setdefault(id(node), imports.get(_norm(node.domain), imports.get("ai.onnx", 0))
+                                   if _norm(node.domain) == "" else imports.get(node.domain, 0))
+            self._queue.append(node)
+        while self._queue:
+            node = self._queue.popleft()
+            alive = self._convert_node(node)
+            if alive:
+                for attr in node.attributes.values():
+                    for sub in _subgraphs(attr):
+                        self.walk_graph(sub, imports)
+
+    def _block(self, node: ir.Node, reason: str) -> None:
+        self.blockers.append(Blocker(op=node.op_type, reason=reason, node=node.name or "",
+                                     domain=_norm(node.domain)))
+
+    def _convert_node(self, node: ir.Node) -> bool:
+        """Walk one node to its target; False when it was replaced by other nodes."""
+        domain = _norm(node.domain)
+        if domain not in CONVERTED_DOMAINS or domain not in self.targets:
+            return True
+        target = self.targets[domain]
+        current = self._opset[id(node)]
+        if facts.since_version_at(node.op_type, max(current, 1), domain) is None:
+            self._block(node, f"not a known {domain or 'ai.onnx'} op at opset {current}")
+            return True
+        changed = False
+        try:
+            while current != target:
+                nxt = self._next(node, current, target, domain)
+                if nxt is None:
+                    break
+                step_to, replaced = nxt
+                changed = True
+                if replaced:
+                    self.nodes_changed += 1
+                    return False
+                current = step_to
+        except Refused as exc:
+            self._block(node, exc.reason)
+            return True
+        self._opset[id(node)] = target
+        self.nodes_changed += int(changed)
+        return True
+
+    def _next(self, node: ir.Node, current: int, target: int, domain: str) -> tuple[int, bool] | None:
+        op = node.op_type
+        if target > current:
+            later = [v for v in facts.since_versions(op, domain) if current < v <= target]
+            if not later:
+                return None
+            to = later[0]
+            frm = to - 1
+            return to, self._step(node, domain, frm, to, facts.schema_at(op, frm, domain), _schema_since(op, to, domain))
+        since = facts.since_version_at(op, current, domain)
+        if since is None or since <= target:
+            return None
+        to = since - 1
+        older = facts.schema_at(op, to, domain)
+        key = AdapterKey(domain, op, since, to)
+        if older is None and find_adapter(domain, op, since, to) is None:
+            schema = _schema_since(op, since, domain)
+            assert schema is not None
+            expand(node, schema, self)
+            self.expanded.append(op)
+            self.fired[f"expand:{op}"] += 1
+            return to, True
+        del key
+        return to, self._step(node, domain, since, to, _schema_since(op, since, domain), older)
+
+    def _step(self, node: ir.Node, domain: str, frm: int, to: int, old: Any, new: Any) -> bool:
+        step = Step(self, node, domain, frm, to, old, new)
+        fn = find_adapter(domain, node.op_type, frm, to)
+        if fn is not None:
+            fn(node, step)
+            self.fired[str(AdapterKey(domain, node.op_type, frm, to))] += 1
+        else:
+            if new is not None and new.deprecated:
+                step.refuse(f"{node.op_type} was removed at opset {to} and has no rewrite to a successor")
+            generic.generic_step(node, step)
+            self.fired["generic"] += 1
+        return step.replaced
+
+
+def _subgraphs(attr: ir.Attr) -> list[ir.Graph]:
+    if attr.type == ir.AttributeType.GRAPH:
+        return [attr.value]
+    if attr.type == ir.AttributeType.GRAPHS:
+        return list(attr.value)
+    return []
