@@ -21,7 +21,10 @@ import numpy as np
 
 from unframe.converters.backends.tensorrt import preflight, trtmodule
 from unframe.converters.backends.tensorrt.sidecar import (
-    AOT_ON_CPU, check_engine_compat, reject_engine_input, write_sidecar,
+    AOT_ON_CPU,
+    check_engine_compat,
+    reject_engine_input,
+    write_sidecar,
 )
 from unframe.converters.base import Artifact, Backend, RunnerUnavailable, Target
 from unframe.converters.registry import register_backend

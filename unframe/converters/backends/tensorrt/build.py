@@ -167,7 +167,7 @@ def _build_failure(logger: Any, builder: Any, profile: dict[str, ProfileShape]) 
         None: "rerun with --debug and report the builder log",
     }
     return ConversionError(
-        f"TensorRT's builder returned no engine"
+        "TensorRT's builder returned no engine"
         + (f" (likely cause: {cause})" if cause else "") + f": {first}",
         hints[cause], details={"builder_errors": errors[:20]})
 

@@ -96,7 +96,7 @@ class LowerPrecisionPass(ir.passes.InPlacePass):
             return to is not None and int(to.value) == int(FLOAT)
         return any(_dtype(v, dtypes) == FLOAT for v in [*node.inputs, *node.outputs] if v)
 
-    def _restore_fp32(self, graph: ir.Graph, low_set: set[int], casts: "_Casts",
+    def _restore_fp32(self, graph: ir.Graph, low_set: set[int], casts: _Casts,
                       dtypes: dict[str, int]) -> None:
         """fp32 consumers of low values, and graph outputs, get a Cast back to float32."""
         for node in list(graph):

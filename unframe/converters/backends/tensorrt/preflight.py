@@ -108,8 +108,11 @@ class Context:
         if node is None:
             return False
         if node.op_type in ("Shape", "Size"):
-            shape = node.inputs[0].shape if node.inputs and node.inputs[0] is not None else None
-            return shape is not None and all(isinstance(d, int) for d in shape)
+            source = node.inputs[0] if node.inputs else None
+            shape = source.shape if source is not None else None
+            # A static tensor has a static shape even when inference did not record it.
+            return (shape is not None and all(isinstance(d, int) for d in shape)) or \
+                self.is_static(source)
         if node.op_type.startswith("Random") or not node.inputs:
             return False
         return all(self.is_static(v) for v in node.inputs)

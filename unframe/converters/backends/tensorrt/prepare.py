@@ -57,7 +57,7 @@ class FoldConstantsPass(ir.passes.InPlacePass):
             arrays = self._fold(node, opset, graph_inputs)
             if arrays is None:
                 continue
-            for old, array in zip(node.outputs, arrays):
+            for old, array in zip(node.outputs, arrays, strict=False):
                 new = ir.Value(name=f"{old.name}__folded", const_value=ir.Tensor(
                     array, name=f"{old.name}__folded"), shape=ir.Shape(array.shape),
                     type=ir.TensorType(ir.DataType.from_numpy(array.dtype)))
@@ -170,7 +170,7 @@ class NarrowInt64Pass(ir.passes.InPlacePass):
             return 0
         if any(len(v.uses()) != 1 for v in values):
             return 0  # shared with another consumer: leave it alone
-        for value, array in zip(values, arrays):
+        for value, array in zip(values, arrays, strict=False):
             _retype(value, np.clip(array, INT32_MIN, INT32_MAX).astype(np.int32))  # type: ignore[arg-type]
         return len(values)
 

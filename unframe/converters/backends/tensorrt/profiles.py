@@ -36,7 +36,7 @@ class ProfileShape:
 
     def contains(self, shape: Sequence[int]) -> bool:
         return len(shape) == len(self.min) and all(
-            lo <= int(s) <= hi for lo, s, hi in zip(self.min, shape, self.max))
+            lo <= int(s) <= hi for lo, s, hi in zip(self.min, shape, self.max, strict=False))
 
 
 def model_inputs(model: ir.Model) -> list[ir.Value]:
@@ -109,8 +109,8 @@ def _one(value: ir.Value, dims: list[int | str | None] | None, given: ProfileSha
     if static:
         return ProfileShape(sample, sample, sample)
     dynamic = [not isinstance(d, int) for d in (dims or [None] * len(sample))]
-    lo = tuple(1 if dyn else s for dyn, s in zip(dynamic, sample))
-    hi = tuple(max(2 * s, 8) if dyn else s for dyn, s in zip(dynamic, sample))
+    lo = tuple(1 if dyn else s for dyn, s in zip(dynamic, sample, strict=False))
+    hi = tuple(max(2 * s, 8) if dyn else s for dyn, s in zip(dynamic, sample, strict=False))
     profile = ProfileShape(lo, sample, hi)
     _validate(value.name or "", dims, profile)
     return profile
@@ -123,7 +123,7 @@ def _validate(name: str, dims: list[int | str | None] | None, p: ProfileShape) -
     if dims is not None and len(dims) != len(p.min):
         raise UsageError(f"--shapes for {name!r} has {len(p.min)} dims, the input has {len(dims)}",
                          "give one size per dim")
-    if not all(lo <= o <= hi for lo, o, hi in zip(p.min, p.opt, p.max)):
+    if not all(lo <= o <= hi for lo, o, hi in zip(p.min, p.opt, p.max, strict=False)):
         raise UsageError(f"--shapes for {name!r}: need min <= opt <= max in every dim",
                          f"got {p.min}, {p.opt}, {p.max}")
     for axis, d in enumerate(dims or []):
