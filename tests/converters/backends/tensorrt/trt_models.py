@@ -85,10 +85,11 @@ def torch_model(module, args: tuple, input_names: list[str], output_names: list[
     import io
 
     buffer = io.BytesIO()
-    with torch.no_grad():
-        torch.onnx.export(module.eval(), args, buffer, dynamo=False, opset_version=opset,
-                          input_names=input_names, output_names=output_names,
-                          dynamic_axes=dynamic_axes)
+    # Not under no_grad: that sends nn.TransformerEncoderLayer down its fused fast path, which
+    # has no ONNX export.
+    torch.onnx.export(module.eval(), args, buffer, dynamo=False, opset_version=opset,
+                      input_names=input_names, output_names=output_names,
+                      dynamic_axes=dynamic_axes)
     proto = onnx.load_from_string(buffer.getvalue())
     proto.ir_version = min(proto.ir_version, 10)
     return ir.from_proto(proto)

@@ -11,6 +11,9 @@ graph gives it. ``LowerPrecisionPass`` rewrites float32 compute to fp16 or bf16 
   subgraph;
 - leaving inputs the ONNX spec fixes to float32 (Resize ``scales``) untouched.
 
+Which ops go low follows TensorRT's table, not ONNX's schemas: a bf16 graph has bf16 Conv and
+Gemm, which TensorRT builds but ONNX's type constraints (and so onnxruntime) do not allow.
+
 Before (fp16)::
 
     x: f32 -> Conv(W: f32) -> Softmax -> y: f32
@@ -77,7 +80,7 @@ class LowerPrecisionPass(ir.passes.InPlacePass):
                 node.attributes["to"] = ir.AttrInt64("to", int(self.low))
             for value in node.outputs:
                 if _dtype(value, dtypes) == FLOAT or (node.op_type == "Cast" and value.dtype):
-                    value.dtype = self.low
+                    value.type = ir.TensorType(self.low)  # a new type: clones share type objects
                     dtypes[value.name or ""] = int(self.low)
         self._restore_fp32(graph, low_set, casts, dtypes)
         return ir.passes.PassResult(model, modified=bool(low_nodes))
@@ -184,7 +187,7 @@ class _Casts:
                        name=f"{self.PREFIX}_{self._n}")
         out = node.outputs[0]
         out.name = output_name or f"{value.name}__to_{to.name.lower()}_{self._n}"
-        out.dtype = to
+        out.type = ir.TensorType(to)
         out.shape = value.shape
         producer = value.producer()
         if producer is not None and producer.graph is self.graph:

@@ -193,7 +193,7 @@ def _only_narrowable_uses(value: ir.Value) -> bool:
 
 def _retype(value: ir.Value, array: np.ndarray) -> None:
     value.const_value = ir.Tensor(array, name=value.name)
-    value.dtype = ir.DataType.INT32
+    value.type = ir.TensorType(ir.DataType.INT32)  # a new type: clones share type objects
 
 
 def infer_shapes(model: ir.Model) -> ir.Model:

@@ -1,0 +1,90 @@
+"""In-graph precision lowering: the cast graph keeps the model's I/O types, keeps sensitive ops in
+fp32, and computes the same numbers (to fp16 accuracy) under onnxruntime."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+import pytest
+from onnx import helper
+from trt_models import cnn_model, const, make_model, ort_run, torch_model, vi
+
+from unframe.converters.backends.tensorrt.precision import LowerPrecisionPass, lower_precision
+from unframe.converters.backends.tensorrt.prepare import prepare
+
+
+def dtype_of(model: ir.Model, name: str) -> ir.DataType:
+    values = {v.name: v for n in model.graph for v in [*n.inputs, *n.outputs] if v is not None}
+    values.update({v.name: v for v in model.graph.inputs})
+    return values[name].dtype
+
+
+def input_dtypes(model: ir.Model, op: str) -> set[ir.DataType]:
+    return {v.dtype for n in model.graph if n.op_type == op for v in n.inputs if v is not None}
+
+
+def test_fp16_cnn_keeps_io_types_and_sensitive_ops_in_fp32():
+    model = prepare(cnn_model())
+    lowered = lower_precision(model.clone(), "fp16")
+    onnx.checker.check_model(ir.to_proto(lowered), full_check=True)
+    assert [v.dtype for v in lowered.graph.inputs] == [ir.DataType.FLOAT]
+    assert [(v.name, v.dtype) for v in lowered.graph.outputs] == [("y", ir.DataType.FLOAT)]
+    assert input_dtypes(lowered, "Conv") == {ir.DataType.FLOAT16}
+    assert input_dtypes(lowered, "Gemm") == {ir.DataType.FLOAT16}
+    assert input_dtypes(lowered, "Softmax") == {ir.DataType.FLOAT}
+    assert input_dtypes(lowered, "BatchNormalization") == {ir.DataType.FLOAT}
+    x = np.random.default_rng(1).standard_normal((3, 3, 16, 16)).astype(np.float32)
+    ref, low = ort_run(model, {"x": x})["y"], ort_run(lowered, {"x": x})["y"]
+    assert low.dtype == np.float32
+    np.testing.assert_allclose(low, ref, atol=5e-3, rtol=1e-2)
+    # It is really computing in fp16: not bit-identical to fp32.
+    assert np.abs(low - ref).max() > 0
+
+
+def test_fp16_transformer_encoder_matches_fp32_closely():
+    torch = pytest.importorskip("torch", reason="needs torch to export the encoder")
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True)
+    encoder = torch.nn.TransformerEncoder(layer, 1, enable_nested_tensor=False)
+    model = prepare(torch_model(encoder, (torch.randn(2, 5, 16),), ["x"], ["y"]))
+    lowered = lower_precision(model.clone(), "fp16")
+    assert input_dtypes(lowered, "LayerNormalization") == {ir.DataType.FLOAT}
+    assert input_dtypes(lowered, "Softmax") == {ir.DataType.FLOAT}
+    assert ir.DataType.FLOAT16 in input_dtypes(lowered, "MatMul")
+    x = np.random.default_rng(2).standard_normal((2, 5, 16)).astype(np.float32)
+    np.testing.assert_allclose(ort_run(lowered, {"x": x})["y"], ort_run(model, {"x": x})["y"],
+                               atol=2e-2, rtol=2e-2)
+
+
+def test_resize_scales_stay_float32_and_cast_to_float_is_retargeted():
+    nodes = [helper.make_node("Relu", ["x"], ["r"]),
+             helper.make_node("Resize", ["r", "", "scales"], ["z"], mode="nearest"),
+             helper.make_node("Cast", ["n"], ["nf"], to=onnx.TensorProto.FLOAT),
+             helper.make_node("Mul", ["z", "nf"], ["y"])]
+    model = make_model(nodes, [vi("x", [1, 1, 2, 2]), vi("n", [1], onnx.TensorProto.INT32)],
+                       [vi("y", [1, 1, 4, 4])],
+                       [const("scales", np.array([1, 1, 2, 2], np.float32))])
+    lowered = lower_precision(model.clone(), "fp16")
+    resize = next(n for n in lowered.graph if n.op_type == "Resize")
+    assert resize.inputs[0].dtype == ir.DataType.FLOAT16
+    assert resize.inputs[2].dtype == ir.DataType.FLOAT  # tensor(float) in the ONNX spec
+    cast = next(n for n in lowered.graph if n.op_type == "Cast" and n.inputs[0].name == "n")
+    assert cast.attributes["to"].value == int(ir.DataType.FLOAT16)
+    feeds = {"x": np.array([[[[1, -2], [3, 4]]]], np.float32), "n": np.array([3], np.int32)}
+    np.testing.assert_array_equal(ort_run(lowered, feeds)["y"], ort_run(model, feeds)["y"])
+
+
+def test_bf16_graph_is_well_formed_and_typed():
+    lowered = lower_precision(prepare(cnn_model()), "bf16")
+    # Not full_check: ONNX's Conv/Gemm schemas omit bfloat16, TensorRT's parser takes it.
+    onnx.checker.check_model(ir.to_proto(lowered))
+    assert input_dtypes(lowered, "Conv") == {ir.DataType.BFLOAT16}
+    assert [v.dtype for v in lowered.graph.outputs] == [ir.DataType.FLOAT]
+
+
+def test_fp32_is_a_no_op_and_bad_precision_raises():
+    model = cnn_model()
+    assert lower_precision(model, "fp32") is model
+    with pytest.raises(ValueError, match="precision"):
+        LowerPrecisionPass("int4")

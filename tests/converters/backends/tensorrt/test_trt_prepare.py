@@ -1,0 +1,116 @@
+"""Graph preparation passes: constant folding, unused-node removal, int64 narrowing. Each graph is
+run with onnxruntime before and after to show the passes keep its numbers."""
+
+from __future__ import annotations
+
+import numpy as np
+from onnx import TensorProto, helper
+from trt_models import const, make_model, ort_run, vi
+
+from unframe.converters.backends.tensorrt import preflight
+from unframe.converters.backends.tensorrt.prepare import (
+    FoldConstantsPass, NarrowInt64Pass, prepare,
+)
+
+I64 = TensorProto.INT64
+
+
+def ops(model) -> list[str]:
+    return [n.op_type for n in model.graph]
+
+
+def shape_reshape_model():
+    """y = Reshape(x, Concat(Gather(Shape(x), 0), -1)) * 2, plus an unused Neg node, and a
+    ReduceMean whose axes come from Shape arithmetic."""
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"]),
+        helper.make_node("Gather", ["s", "zero"], ["d0"], axis=0),
+        helper.make_node("Unsqueeze", ["d0", "axes0"], ["d0u"]),
+        helper.make_node("Concat", ["d0u", "minus1"], ["shape"], axis=0),
+        helper.make_node("Reshape", ["x", "shape"], ["r"]),
+        helper.make_node("Mul", ["r", "two"], ["y"]),
+        helper.make_node("Neg", ["x"], ["unused"]),
+        helper.make_node("Size", ["s"], ["rank"]),
+        helper.make_node("Sub", ["rank", "one"], ["last"]),
+        helper.make_node("Unsqueeze", ["last", "axes0"], ["axes"]),
+        helper.make_node("ReduceMean", ["x", "axes"], ["m"], name="mean"),
+    ]
+    inits = [const("zero", np.array(0, np.int64)), const("axes0", np.array([0], np.int64)),
+             const("minus1", np.array([-1], np.int64)), const("two", np.array(2, np.float32)),
+             const("one", np.array(1, np.int64))]
+    return make_model(nodes, [vi("x", [2, 3, 4])], [vi("y", [2, 12]), vi("m", None)], inits)
+
+
+def test_folding_turns_shape_subgraphs_into_initializers():
+    model = shape_reshape_model()
+    x = np.random.default_rng(0).standard_normal((2, 3, 4)).astype(np.float32)
+    before = ort_run(model, {"x": x})
+    prepared = prepare(model)
+    assert ops(prepared) == ["Reshape", "Mul", "ReduceMean"]
+    reshape = next(n for n in prepared.graph if n.op_type == "Reshape")
+    assert reshape.inputs[1].const_value.numpy().tolist() == [2, -1]
+    mean = next(n for n in prepared.graph if n.op_type == "ReduceMean")
+    assert mean.inputs[1].const_value.numpy().tolist() == [2]
+    after = ort_run(prepared, {"x": x})
+    for name in before:
+        np.testing.assert_array_equal(before[name], after[name])
+    assert preflight.check(prepared) == []
+
+
+def test_resize_scales_computed_from_constants_become_an_initializer():
+    nodes = [helper.make_node("Mul", ["base", "factor"], ["scales"]),
+             helper.make_node("Resize", ["x", "", "scales"], ["y"], mode="nearest")]
+    inits = [const("base", np.array([1, 1, 1, 1], np.float32)),
+             const("factor", np.array([1, 1, 2, 2], np.float32))]
+    model = make_model(nodes, [vi("x", [1, 1, 2, 2])], [vi("y", [1, 1, 4, 4])], inits)
+    x = np.arange(4, dtype=np.float32).reshape(1, 1, 2, 2)
+    before = ort_run(model, {"x": x})
+    prepared = prepare(model)
+    assert ops(prepared) == ["Resize"]
+    resize = next(iter(prepared.graph))
+    assert resize.inputs[2].const_value.numpy().tolist() == [1, 1, 2, 2]
+    np.testing.assert_array_equal(ort_run(prepared, {"x": x})["y"], before["y"])
+
+
+def test_folding_keeps_graph_outputs_and_dynamic_shapes():
+    nodes = [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Add", ["c", "c"], ["k"])]
+    model = make_model(nodes, [vi("x", ["N", 3])], [vi("s", None, I64), vi("k", [2])],
+                       [const("c", np.array([1.0, 2.0], np.float32))])
+    result = FoldConstantsPass()(model)
+    # Shape of a dynamic input can't fold; k is a graph output, which stays a node's output.
+    assert not result.modified
+    assert ops(result.model) == ["Shape", "Add"]
+
+
+def test_folding_refuses_outputs_much_larger_than_inputs():
+    nodes = [helper.make_node("ConstantOfShape", ["shape"], ["big"]),
+             helper.make_node("Add", ["x", "big"], ["y"])]
+    model = make_model(nodes, [vi("x", [1024, 1024])], [vi("y", [1024, 1024])],
+                       [const("shape", np.array([1024, 1024], np.int64))])
+    assert ops(prepare(model)) == ["ConstantOfShape", "Add"]
+
+
+def test_int64_indices_and_slice_bounds_are_narrowed():
+    nodes = [helper.make_node("Gather", ["x", "idx"], ["g"], axis=1),
+             helper.make_node("Slice", ["g", "starts", "ends", "axes"], ["y"])]
+    inits = [const("idx", np.array([2, 0], np.int64)), const("starts", np.array([1], np.int64)),
+             const("ends", np.array([np.iinfo(np.int64).max], np.int64)),
+             const("axes", np.array([0], np.int64))]
+    model = make_model(nodes, [vi("x", [4, 3])], [vi("y", [3, 2])], inits)
+    x = np.arange(12, dtype=np.float32).reshape(4, 3)
+    before = ort_run(model, {"x": x})["y"]
+    result = NarrowInt64Pass()(model)
+    assert result.modified
+    inits_after = result.model.graph.initializers
+    assert {n: inits_after[n].const_value.numpy().dtype for n in ("idx", "starts", "ends", "axes")} \
+        == {n: np.dtype(np.int32) for n in ("idx", "starts", "ends", "axes")}
+    assert int(inits_after["ends"].const_value.numpy()[0]) == np.iinfo(np.int32).max
+    np.testing.assert_array_equal(ort_run(result.model, {"x": x})["y"], before)
+
+
+def test_int64_that_does_not_fit_or_is_shared_stays():
+    nodes = [helper.make_node("Gather", ["x", "idx"], ["g"], axis=0),
+             helper.make_node("Add", ["idx", "idx"], ["twice"])]
+    model = make_model(nodes, [vi("x", [4, 3])], [vi("g", [2, 3]), vi("twice", [2], I64)],
+                       [const("idx", np.array([1, 3], np.int64))])
+    assert not NarrowInt64Pass()(model).modified  # Add needs it as int64 too
