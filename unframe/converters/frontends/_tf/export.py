@@ -1,0 +1,353 @@
+"""TF/Keras -> ONNX through tf2onnx, with fallbacks.
+
+Routes, tried in order until one gives a graph onnxruntime loads and whose numbers match
+TensorFlow on the first parity feed:
+
+1. tf2onnx on the source kind (``from_keras``, ``from_function``, the SavedModel loader +
+   ``from_graph_def``, ``from_tflite``) at the wanted opset;
+2. Keras' own ONNX export (``model.export(path, format="onnx")``), for Keras models;
+3. tf2onnx again at another opset (18, or 15 when 18 was the one that failed).
+
+Every failed attempt is recorded in ``ExportResult.notes``. When every route fails because ops
+have no ONNX mapping, ``UnsupportedError`` names them.
+
+After export the graph is edited with onnx-ir: inputs/outputs get the model's own names,
+dynamic dims get readable names ("batch"), and ``nchw_inputs`` adds a Transpose at the graph edge:
+
+    before:  image[N,H,W,C] -> (model)
+    after:   image[N,C,H,W] -> Transpose(perm=[0,2,3,1]) -> (model)
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+
+from unframe.converters.frontends._tf.native import TfModel, _first_line
+from unframe.converters.frontends._tf.signature import to_tf_specs
+from unframe.errors import Blocker, ConversionError, UnsupportedError
+from unframe.validate.runner import Runner, TensorSpec
+
+MAX_OPSET = 18  # tf2onnx 1.17's newest
+MIN_OPSET = 10
+FALLBACK_OPSETS = (18, 15)
+
+
+@dataclass
+class Attempt:
+    route: str
+    tool: str
+    opset: int
+    build: Callable[[], onnx.ModelProto]
+
+
+@dataclass
+class Outcome:
+    proto: onnx.ModelProto | None = None
+    problem: str = ""
+    unmapped: list[Blocker] = field(default_factory=list)
+    parity_failed: bool = False
+
+
+def clamp_opset(wanted: int) -> int:
+    return max(MIN_OPSET, min(MAX_OPSET, wanted))
+
+
+# -- routes ---------------------------------------------------------------------------------
+def attempts(model: TfModel, inputs: Sequence[TensorSpec], opset: int) -> list[Attempt]:
+    primary = _primary(model, inputs)
+    tool = _TOOLS[model.kind]
+    out = [Attempt(f"{tool} (opset {opset})", tool, opset, lambda: primary(opset))]
+    if model.kind == "keras":
+        out.append(Attempt(f"keras export format=onnx (opset {opset})",
+                           "keras.Model.export(format='onnx')", opset,
+                           lambda: keras_export(model, inputs, opset)))
+    other = next(o for o in FALLBACK_OPSETS if o != opset)
+    out.append(Attempt(f"{tool} (opset {other})", tool, other, lambda: primary(other)))
+    return out
+
+
+_TOOLS = {"keras": "tf2onnx from_keras", "function": "tf2onnx from_function",
+          "saved_model": "tf2onnx from_saved_model", "tflite": "tf2onnx from_tflite"}
+
+
+def _primary(model: TfModel, inputs: Sequence[TensorSpec]) -> Callable[[int], onnx.ModelProto]:
+    if model.kind == "keras":
+        return lambda opset: from_keras(model, inputs, opset)
+    if model.kind == "function":
+        return lambda opset: from_function(model, inputs, opset)
+    if model.kind == "saved_model":
+        return lambda opset: from_saved_model(model, inputs, opset)
+    return lambda opset: from_tflite(model, inputs, opset)
+
+
+def from_keras(model: TfModel, inputs: Sequence[TensorSpec], opset: int) -> onnx.ModelProto:
+    import tf2onnx
+
+    register_tf2onnx_extensions()
+    proto, _ = tf2onnx.convert.from_keras(model.obj, input_signature=to_tf_specs(inputs),
+                                          opset=opset)
+    return proto
+
+
+def from_function(model: TfModel, inputs: Sequence[TensorSpec], opset: int) -> onnx.ModelProto:
+    import tf2onnx
+
+    register_tf2onnx_extensions()
+    proto, _ = tf2onnx.convert.from_function(model.obj, input_signature=to_tf_specs(inputs),
+                                             opset=opset)
+    return proto
+
+
+def from_saved_model(model: TfModel, inputs: Sequence[TensorSpec], opset: int
+                     ) -> onnx.ModelProto:
+    """tf2onnx's SavedModel loader freezes the signature; its rename map gives the graph the
+    signature's input and output keys."""
+    import tf2onnx
+    from tf2onnx import tf_loader
+
+    register_tf2onnx_extensions()
+    shapes = {f"{t.name}:0": list(t.shape) for t in inputs if t.shape is not None}
+    graph_def, in_names, out_names, tables, renames = tf_loader.from_saved_model(
+        str(model.path), None, None, None, [model.signature], None, False,
+        return_initialized_tables=True, return_tensors_to_rename=True)
+    shape_override = {n: shapes[renames[n] + ":0"] for n in in_names
+                      if renames.get(n, "") + ":0" in shapes}
+    proto, _ = tf2onnx.convert.from_graph_def(graph_def, input_names=in_names,
+                                              output_names=out_names, opset=opset,
+                                              tensors_to_rename=renames,
+                                              shape_override=shape_override or None)
+    return proto
+
+
+def from_tflite(model: TfModel, inputs: Sequence[TensorSpec], opset: int) -> onnx.ModelProto:
+    import tf2onnx
+
+    register_tf2onnx_extensions()
+    proto, _ = tf2onnx.convert.from_tflite(str(model.path), opset=opset)
+    for value in list(proto.graph.input) + list(proto.graph.output):
+        if value.name in model.tflite_names:
+            _rename_proto_value(proto.graph, value.name, model.tflite_names[value.name])
+    return proto
+
+
+def keras_export(model: TfModel, inputs: Sequence[TensorSpec], opset: int) -> onnx.ModelProto:
+    """Keras' own exporter (tf2onnx from_function on the model's serving function)."""
+    import contextlib
+    import io
+
+    with tempfile.TemporaryDirectory(prefix="unframe-keras-") as tmp:
+        path = os.path.join(tmp, "model.onnx")
+        with contextlib.redirect_stdout(io.StringIO()):  # it prints "Saved artifact at ..."
+            model.obj.export(path, format="onnx", input_signature=to_tf_specs(inputs),
+                             opset_version=opset, verbose=False)
+        return onnx.load(path)
+
+
+def _rename_proto_value(graph: onnx.GraphProto, old: str, new: str) -> None:
+    for vi in list(graph.input) + list(graph.output) + list(graph.value_info):
+        if vi.name == old:
+            vi.name = new
+    for node in graph.node:
+        node.input[:] = [new if n == old else n for n in node.input]
+        node.output[:] = [new if n == old else n for n in node.output]
+
+
+# -- tf2onnx extension ----------------------------------------------------------------------
+_REGISTERED = False
+
+
+def register_tf2onnx_extensions() -> None:
+    """Fill tf2onnx 1.17's gaps through its own ``@tf_op`` hook (not a fork).
+
+    ``Erfc`` (exact GELU, ``tf.nn.gelu(approximate=False)``) has no handler: tf2onnx leaves it
+    in the graph and onnxruntime rejects the model. Before/after:
+
+        Erfc(x)  ->  Sub(1, Erf(x))
+    """
+    global _REGISTERED
+    if _REGISTERED:
+        return
+    from tf2onnx import utils
+    from tf2onnx.handler import tf_op
+
+    handled = {name for opsets in tf_op.get_opsets().values() for d in opsets for name in d}
+    if "Erfc" not in handled:
+        class Erfc:
+            @classmethod
+            def version_9(cls, ctx: Any, node: Any, **kwargs: Any) -> None:
+                dtype = utils.map_onnx_to_numpy_type(ctx.get_dtype(node.input[0]))
+                erf = ctx.make_node("Erf", [node.input[0]], op_name_scope=node.name)
+                one = ctx.make_const(utils.make_name(f"{node.name}_one"), np.array(1, dtype=dtype))
+                node.type = "Sub"
+                ctx.replace_inputs(node, [one.output[0], erf.output[0]])
+
+        tf_op("Erfc")(Erfc)
+    _REGISTERED = True
+
+
+# -- checks -----------------------------------------------------------------------------------
+def unmapped_ops(proto: onnx.ModelProto) -> list[Blocker]:
+    """Nodes tf2onnx left unconverted (TF/TFLite op types that are no ONNX op)."""
+    found: dict[str, Blocker] = {}
+    for node in _all_nodes(proto):
+        domain = node.domain or ""
+        if domain in ("", "ai.onnx", "ai.onnx.ml"):
+            if _is_onnx_op(node.op_type, domain):
+                continue
+        elif domain == "com.microsoft" or _is_function(proto, node):
+            continue  # onnxruntime contrib ops / local functions
+        if node.op_type not in found:
+            found[node.op_type] = Blocker(node.op_type, "tf2onnx has no ONNX mapping for this op",
+                                          node=node.name, domain=domain,
+                                          hint="replace the op in the model, or register a "
+                                               "tf2onnx handler for it")
+    return list(found.values())
+
+
+def _is_onnx_op(op_type: str, domain: str) -> bool:
+    return onnx.defs.has(op_type, "" if domain == "ai.onnx" else domain)
+
+
+def _is_function(proto: onnx.ModelProto, node: onnx.NodeProto) -> bool:
+    return any(f.name == node.op_type and f.domain == node.domain for f in proto.functions)
+
+
+def _all_nodes(proto: onnx.ModelProto) -> list[onnx.NodeProto]:
+    out: list[onnx.NodeProto] = []
+    stack = [proto.graph] + [f for f in proto.functions]
+    while stack:
+        graph = stack.pop()
+        for node in graph.node:
+            out.append(node)
+            for attr in node.attribute:
+                if attr.type == onnx.AttributeProto.GRAPH:
+                    stack.append(attr.g)
+                stack.extend(attr.graphs)
+    return out
+
+
+def try_attempt(attempt: Attempt, check: Callable[[onnx.ModelProto], str]) -> Outcome:
+    """Run one route; ``check`` returns a problem ("" when the graph loads and matches)."""
+    try:
+        proto = attempt.build()
+    except Exception as exc:  # tf2onnx/keras raise anything from ValueError to KeyError
+        return Outcome(problem=f"{attempt.route} failed: {_first_line(exc)}")
+    unmapped = unmapped_ops(proto)
+    if unmapped:
+        ops = ", ".join(b.op for b in unmapped)
+        return Outcome(proto, f"{attempt.route} left op(s) with no ONNX mapping: {ops}",
+                       unmapped=unmapped)
+    problem = check(proto)
+    return Outcome(proto, f"{attempt.route}: {problem}" if problem else "",
+                   parity_failed=problem.startswith("parity"))
+
+
+def give_up(model: TfModel, outcomes: Sequence[Outcome]) -> None:
+    """Raise the error that explains why no route worked."""
+    unmapped = next((o.unmapped for o in outcomes if o.unmapped), None)
+    notes = "; ".join(o.problem for o in outcomes)
+    if unmapped and all(o.unmapped or o.proto is None for o in outcomes):
+        ops = ", ".join(f"{b.op} (node {b.node!r})" for b in unmapped)
+        raise UnsupportedError(f"{model.source}: tf2onnx can't map op(s) {ops} to ONNX",
+                               "replace them in the model, or register a tf2onnx handler",
+                               blockers=unmapped, details={"attempts": notes})
+    raise ConversionError(f"{model.source}: every TF->ONNX route failed ({notes})",
+                          "run with --debug; try another --opset or report the model",
+                          details={"attempts": notes})
+
+
+# -- graph edits ------------------------------------------------------------------------------
+def finish(proto: onnx.ModelProto, inputs: Sequence[TensorSpec], outputs: Sequence[str],
+           batch_named: bool, nchw: Sequence[str]) -> ir.Model:
+    model = ir.serde.deserialize_model(proto)
+    _name_io(model.graph.inputs, [t.name for t in inputs])
+    if outputs:
+        _name_io(model.graph.outputs, list(outputs))
+    _name_dims(model, inputs, batch_named)
+    for name in nchw:
+        transpose_input_to_nchw(model, name)
+    return model
+
+
+def _name_io(values: Sequence[ir.Value], names: list[str]) -> None:
+    """Positional renames when a route named tensors after graph internals ("Identity:0")."""
+    if len(values) != len(names) or [v.name for v in values] == names:
+        return
+    if set(v.name for v in values) == set(names):
+        return  # same names, other order: leave it, runners map by name
+    taken = {v.name for v in values}
+    for value, name in zip(values, names, strict=False):
+        if value.name != name and name in taken:
+            value.name = f"{value.name}__tmp"
+    for value, name in zip(values, names, strict=False):
+        value.name = name
+
+
+def _name_dims(model: ir.Model, inputs: Sequence[TensorSpec], batch_named: bool) -> None:
+    """tf2onnx names unknown dims "unk__12"; give them stable names ("batch", "<input>_dim<i>")."""
+    renames: dict[str, str] = {}
+    for value in model.graph.inputs:
+        if value.shape is None:
+            continue
+        dims = list(value.shape)
+        for axis, dim in enumerate(dims):
+            if isinstance(dim, int):
+                continue
+            new = "batch" if axis == 0 and batch_named else f"{value.name}_dim{axis}"
+            if isinstance(dim, ir.SymbolicDim) and dim.value:
+                renames.setdefault(dim.value, new)
+            dims[axis] = new
+        value.shape = ir.Shape(dims)
+    for value in model.graph.outputs:
+        if value.shape is None:
+            continue
+        dims = [renames.get(d.value, d.value) if isinstance(d, ir.SymbolicDim) and d.value else d
+                for d in value.shape]
+        if batch_named and dims and not isinstance(dims[0], int):
+            dims[0] = "batch"
+        value.shape = ir.Shape(dims)
+
+
+def transpose_input_to_nchw(model: ir.Model, name: str) -> None:
+    """Make input ``name`` channels-first; a Transpose restores channels-last for the graph."""
+    graph = model.graph
+    index = next(i for i, v in enumerate(graph.inputs) if v.name == name)
+    old = graph.inputs[index]
+    rank = len(old.shape)
+    perm_in = [0, rank - 1] + list(range(1, rank - 1))  # NH..C -> NC..H
+    perm_back = [0] + list(range(2, rank)) + [1]  # NC..H -> NH..C
+    new = ir.Value(name=name, shape=ir.Shape([old.shape[i] for i in perm_in]), type=old.type)
+    old.name = f"{name}__channels_last"
+    node = ir.node("Transpose", [new], attributes={"perm": perm_back},
+                   name=f"{name}__to_channels_last")
+    node.outputs[0].name = f"{name}__nhwc"
+    node.outputs[0].shape = old.shape
+    node.outputs[0].type = old.type
+    old.replace_all_uses_with(node.outputs[0])
+    graph.inputs[index] = new
+    graph.insert_before(graph[0], node) if len(graph) else graph.append(node)
+
+
+def parity_problem(ref: Runner, onnx_model: ir.Model, feed: dict[str, np.ndarray],
+                   runner_factory: Callable[[ir.Model], Runner]) -> str:
+    """"" when onnxruntime loads the graph and matches ``ref`` on one feed, else why not."""
+    from unframe.validate.compare import compare
+
+    try:
+        candidate = runner_factory(onnx_model)
+    except Exception as exc:
+        return f"onnxruntime rejects the graph: {_first_line(exc)}"
+    try:
+        result = compare(ref, candidate, [feed], stage="tf2onnx self-check")
+    except Exception as exc:
+        return f"running the graph failed: {_first_line(exc)}"
+    return "" if result else f"parity: {result.reason}"
+

@@ -1,0 +1,276 @@
+"""Load TensorFlow/Keras sources into one ``TfModel`` description.
+
+Sources: a ``keras.Model`` object, a ``tf.Module`` (its ``__call__`` tf.function), a
+``tf.function``, a ``.keras`` / ``.h5`` file (Keras ``safe_mode``), a SavedModel directory (one
+signature) and a ``.tflite`` file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from unframe.errors import InputError, TrustRequiredError, UsageError
+from unframe.validate.runner import TensorSpec
+
+DEFAULT_SIGNATURE = "serving_default"
+KERAS_SUFFIXES = (".keras", ".h5", ".hdf5")
+
+
+@dataclass
+class TfModel:
+    """A loaded TF/Keras model and what the frontend needs to know about it.
+
+    ``kind`` is "keras", "function" (tf.function / tf.Module), "saved_model" or "tflite".
+    ``inputs`` may be empty for a tf.function without an input signature: the InputSpec must
+    then say what the inputs are. ``int_high`` is the exclusive upper bound of generated
+    integer inputs (the smallest Embedding ``input_dim``, or a small default).
+    """
+
+    kind: str
+    obj: Any
+    source: str
+    inputs: list[TensorSpec] = field(default_factory=list)
+    outputs: list[str] = field(default_factory=list)
+    path: Path | None = None
+    signature: str | None = None
+    int_high: int = 3
+    tflite_names: dict[str, str] = field(default_factory=dict)  # tensor name -> signature key
+
+
+def quiet_tensorflow() -> None:
+    """TF logs C++ info lines to stderr on import; the CLI output should stay readable."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+def is_saved_model_dir(path: Path) -> bool:
+    return path.is_dir() and ((path / "saved_model.pb").is_file()
+                              or (path / "saved_model.pbtxt").is_file())
+
+
+def load(source: Any, trust: bool, signature: str | None) -> TfModel:
+    quiet_tensorflow()
+    if isinstance(source, (str, os.PathLike)):
+        return load_path(Path(source), trust, signature)
+    return from_object(source, signature)
+
+
+# -- files ----------------------------------------------------------------------------------
+def load_path(path: Path, trust: bool, signature: str | None) -> TfModel:
+    if not path.exists():
+        raise InputError(f"{path}: no such file or directory", "check the path")
+    if path.is_dir():
+        if not is_saved_model_dir(path):
+            raise InputError(f"{path}: a directory but not a SavedModel (no saved_model.pb)",
+                             "pass a SavedModel directory, or a .keras/.h5/.tflite file")
+        return load_saved_model(path, signature)
+    suffix = path.suffix.lower()
+    if path.stat().st_size == 0:
+        raise InputError(f"{path}: the file is empty", "re-export the model")
+    if suffix in KERAS_SUFFIXES:
+        return load_keras_file(path, trust)
+    if suffix == ".tflite":
+        return load_tflite(path)
+    raise InputError(f"{path}: not a TensorFlow/Keras model file (suffix {suffix or 'none'})",
+                     "pass a .keras, .h5 or .tflite file or a SavedModel directory")
+
+
+def load_keras_file(path: Path, trust: bool) -> TfModel:
+    lambdas = lambda_layers(path)
+    if lambdas and not trust:
+        raise TrustRequiredError(
+            f"{path}: Lambda layer(s) {', '.join(lambdas)} hold Python code that runs when the "
+            "model is loaded; a file from someone else could run anything on this machine",
+            "pass --trust (trust=True) only if you trust where the file came from")
+    import keras
+
+    try:
+        model = keras.saving.load_model(path, compile=False, safe_mode=not trust)
+    except TrustRequiredError:
+        raise
+    except Exception as exc:  # keras raises ValueError/OSError/KeyError/... on bad files
+        if "safe_mode" in str(exc) and not trust:
+            raise TrustRequiredError(
+                f"{path}: loading needs Keras' unsafe mode ({_first_line(exc)})",
+                "pass --trust (trust=True) only if you trust where the file came from") from exc
+        raise InputError(f"{path}: not a readable Keras model ({_first_line(exc)})",
+                         "check that the file is complete; re-save it with model.save()") from exc
+    return from_keras(model, str(path), path)
+
+
+def lambda_layers(path: Path) -> list[str]:
+    """Names of Lambda layers in a .keras/.h5 file's config, read without deserializing it
+    (so that the check itself runs no code from the file)."""
+    config = _keras_config(path)
+    if config is None:
+        return []
+    found: list[str] = []
+    _find_lambdas(config, found)
+    return found
+
+
+def _keras_config(path: Path) -> Any:
+    try:
+        if zipfile.is_zipfile(path):
+            with zipfile.ZipFile(path) as zf:
+                return json.loads(zf.read("config.json"))
+        import h5py
+
+        with h5py.File(path, "r") as f:
+            raw = f.attrs.get("model_config")
+        if raw is None:
+            return None
+        return json.loads(raw.decode() if isinstance(raw, bytes) else raw)
+    except Exception:  # unreadable: the real load reports it with Keras' own reason
+        return None
+
+
+def _find_lambdas(node: Any, found: list[str]) -> None:
+    if isinstance(node, dict):
+        if node.get("class_name") == "Lambda":
+            cfg = node.get("config") or {}
+            found.append(repr(cfg.get("name", "?")))
+        for value in node.values():
+            _find_lambdas(value, found)
+    elif isinstance(node, list):
+        for value in node:
+            _find_lambdas(value, found)
+
+
+def load_saved_model(path: Path, signature: str | None) -> TfModel:
+    import tensorflow as tf
+
+    try:
+        loaded = tf.saved_model.load(str(path))
+    except Exception as exc:
+        raise InputError(f"{path}: not a readable SavedModel ({_first_line(exc)})",
+                         "check the directory is complete; re-export it") from exc
+    wanted = signature or DEFAULT_SIGNATURE
+    available = sorted(loaded.signatures.keys())
+    if wanted not in loaded.signatures:
+        have = ", ".join(available) if available else "none"
+        err = UsageError if signature else InputError
+        raise err(f"{path}: SavedModel has no signature {wanted!r} (it has: {have})",
+                  "choose one with --signature NAME" if available
+                  else "re-export the model with a serving signature")
+    fn = loaded.signatures[wanted]
+    specs = fn.structured_input_signature[1]
+    inputs = [_tensor_spec(key, spec) for key, spec in sorted(specs.items())]
+    outputs = sorted(fn.structured_outputs.keys())
+    # Keep the loaded object alive: the signature function refers to its variables.
+    return TfModel("saved_model", (loaded, fn), str(path), inputs, outputs, path=path,
+                   signature=wanted)
+
+
+def load_tflite(path: Path) -> TfModel:
+    interpreter = make_interpreter(path)
+    sigs = interpreter.get_signature_list()
+    names: dict[str, str] = {}
+    if len(sigs) == 1:
+        runner = interpreter.get_signature_runner(next(iter(sigs)))
+        for kind_details in (runner.get_input_details(), runner.get_output_details()):
+            for key, det in kind_details.items():
+                names[det["name"]] = key
+    inputs = []
+    for det in interpreter.get_input_details():
+        shape = tuple(None if d < 0 else int(d) for d in det["shape_signature"])
+        inputs.append(TensorSpec(names.get(det["name"], det["name"]), shape,
+                                 _np_name(det["dtype"])))
+    outputs = [names.get(det["name"], det["name"]) for det in interpreter.get_output_details()]
+    return TfModel("tflite", path, str(path), inputs, outputs, path=path, tflite_names=names)
+
+
+def make_interpreter(path: Path) -> Any:
+    import warnings
+
+    import tensorflow as tf
+
+    try:
+        with warnings.catch_warnings():  # tf.lite.Interpreter warns it moved to ai_edge_litert
+            warnings.simplefilter("ignore")
+            interpreter = tf.lite.Interpreter(model_path=str(path))
+        interpreter.allocate_tensors()
+    except Exception as exc:
+        raise InputError(f"{path}: not a readable TFLite model ({_first_line(exc)})",
+                         "check the file is complete; re-convert it") from exc
+    return interpreter
+
+
+# -- objects --------------------------------------------------------------------------------
+def from_object(obj: Any, signature: str | None) -> TfModel:
+    import keras
+    import tensorflow as tf
+
+    if isinstance(obj, keras.Model):
+        return from_keras(obj, f"keras model {obj.name!r}", None)
+    if isinstance(obj, tf.types.experimental.PolymorphicFunction):
+        return from_function(obj, f"tf.function {getattr(obj, '__name__', '?')!r}")
+    if isinstance(obj, tf.Module):
+        call = obj.__call__ if callable(obj) else None
+        if isinstance(call, tf.types.experimental.PolymorphicFunction):
+            return from_function(call, f"tf.Module {type(obj).__name__}")
+        raise UsageError(f"tf.Module {type(obj).__name__} has no tf.function __call__",
+                         "decorate __call__ with @tf.function(input_signature=...) or pass the "
+                         "tf.function itself")
+    raise UsageError(f"the tf frontend can't take a {type(obj).__name__}",
+                     "pass a keras.Model, tf.Module, tf.function, .keras/.h5/.tflite file or "
+                     "SavedModel directory")
+
+
+def from_keras(model: Any, source: str, path: Path | None) -> TfModel:
+    inputs = []
+    for tensor in model.inputs:
+        shape = tuple(None if d is None else int(d) for d in tensor.shape)
+        inputs.append(TensorSpec(tensor.name, shape, _np_name(tensor.dtype)))
+    return TfModel("keras", model, source, inputs, keras_output_names(model), path=path,
+                   int_high=embedding_bound(model))
+
+
+def keras_output_names(model: Any) -> list[str]:
+    """Output names in the order tf2onnx's from_keras writes them (``model.output_names``)."""
+    return [str(n) for n in model.output_names]
+
+
+def embedding_bound(model: Any, default: int = 3) -> int:
+    """Exclusive upper bound for generated integer inputs: the smallest Embedding input_dim,
+    so that every generated token id is valid for every embedding."""
+    import keras
+
+    dims = [int(layer.input_dim) for layer in model._flatten_layers()
+            if isinstance(layer, keras.layers.Embedding)]
+    return max(1, min(dims)) if dims else default
+
+
+def from_function(fn: Any, source: str) -> TfModel:
+    sig = fn.input_signature
+    inputs = []
+    if sig is not None:
+        import tensorflow as tf
+
+        flat = tf.nest.flatten(sig)
+        inputs = [_tensor_spec(s.name or f"input_{i}", s) for i, s in enumerate(flat)]
+    return TfModel("function", fn, source, inputs, [])
+
+
+def _tensor_spec(name: str, spec: Any) -> TensorSpec:
+    shape = None if spec.shape.rank is None else tuple(
+        None if d is None else int(d) for d in spec.shape.as_list())
+    return TensorSpec(name, shape, _np_name(spec.dtype))
+
+
+def _np_name(dtype: Any) -> str:
+    import numpy as np
+
+    name = getattr(dtype, "name", None)
+    if isinstance(name, str) and not isinstance(dtype, type):
+        return {"string": "str"}.get(name, name)
+    return np.dtype(dtype).name
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:300] if text else type(exc).__name__

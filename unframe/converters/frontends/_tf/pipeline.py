@@ -1,0 +1,101 @@
+"""The TF frontend's ``to_onnx``: resolve inputs, try the routes, edit the graph, make feeds."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+
+from unframe.converters.base import ExportResult, InputSpec
+from unframe.converters.frontends._tf import export as routes
+from unframe.converters.frontends._tf.native import TfModel
+from unframe.converters.frontends._tf.runners import make_runner
+from unframe.converters.frontends._tf.signature import make_feeds, resolve_inputs
+from unframe.errors import UsageError
+from unframe.validate.onnxruntime import OnnxRuntimeRunner
+from unframe.validate.runner import TensorSpec
+
+
+def export(model: TfModel, spec: InputSpec, opset: int, nchw_option: Any,
+           versions: dict[str, str]) -> ExportResult:
+    inputs = resolve_inputs(model, spec)
+    if model.kind == "function":
+        model.outputs = function_outputs(model, inputs)
+    nchw = nchw_inputs(inputs, nchw_option)
+    tf_feeds = make_feeds(model, inputs, spec)
+    feeds = [to_onnx_layout(f, nchw) for f in tf_feeds]
+    tried: list[tuple[routes.Attempt, routes.Outcome]] = []
+    for attempt in routes.attempts(model, inputs, opset):
+        outcome = routes.try_attempt(
+            attempt, lambda proto: _check(model, proto, inputs, nchw, feeds[0]))
+        tried.append((attempt, outcome))
+        if outcome.proto is not None and not outcome.problem:
+            break
+    else:
+        first_parity = next((t for t in tried if t[1].parity_failed), None)
+        if first_parity is None:
+            routes.give_up(model, [o for _, o in tried])
+        # Only parity failed: keep the first such graph, so the pipeline's parity stage
+        # reports the numbers instead of a vague conversion error.
+        tried.append(first_parity)
+    chosen, outcome = tried[-1]
+    ir_model = _finish(model, outcome.proto, inputs, nchw)
+    notes = list(dict.fromkeys(o.problem for _, o in tried if o.problem))
+    if len(tried) > 1:
+        notes.append(f"used route {chosen.route}")
+    return ExportResult(model=ir_model, tool=chosen.tool, route=chosen.route, opset=chosen.opset,
+                        tool_versions=dict(versions), notes=notes, feeds=feeds,
+                        extra={"tf_inputs": inputs, "nchw_inputs": nchw,
+                               "tf_kind": model.kind, "signature": model.signature})
+
+
+def _finish(model: TfModel, proto: onnx.ModelProto, inputs: Sequence[TensorSpec],
+            nchw: Sequence[str]) -> ir.Model:
+    return routes.finish(proto, inputs, model.outputs, model.kind in ("keras", "saved_model",
+                                                                      "tflite"), nchw)
+
+
+def _check(model: TfModel, proto: onnx.ModelProto, inputs: Sequence[TensorSpec],
+           nchw: Sequence[str], feed: dict[str, np.ndarray]) -> str:
+    candidate = _finish(model, proto, inputs, nchw)
+    ref = make_runner(model, inputs, [v.name for v in candidate.graph.outputs], nchw)
+    return routes.parity_problem(ref, candidate, feed, OnnxRuntimeRunner)
+
+
+def function_outputs(model: TfModel, inputs: Sequence[TensorSpec]) -> list[str]:
+    """Output names of a tf.function: dict keys (in tf.nest order), else ``output_<i>``."""
+    import tensorflow as tf
+
+    from unframe.converters.frontends._tf.signature import to_tf_specs
+
+    concrete = model.obj.get_concrete_function(*to_tf_specs(inputs))
+    structured = concrete.structured_outputs
+    if isinstance(structured, dict):
+        return [str(k) for k in sorted(structured)]
+    return [f"output_{i}" for i in range(len(tf.nest.flatten(structured)))]
+
+
+def nchw_inputs(inputs: Sequence[TensorSpec], option: Any) -> list[str]:
+    """Which inputs to make channels-first: all of rank 3-5 for ``True``, or the names given."""
+    if not option:
+        return []
+    eligible = [t.name for t in inputs if t.shape is not None and 3 <= len(t.shape) <= 5]
+    if option is True or (isinstance(option, str) and option.lower() in ("1", "true", "all")):
+        if not eligible:
+            raise UsageError("nchw_inputs: no input has rank 3 to 5 (channels-last images)",
+                             "drop --nchw-inputs")
+        return eligible
+    names = [option] if isinstance(option, str) else list(option)
+    bad = [n for n in names if n not in eligible]
+    if bad:
+        raise UsageError(f"nchw_inputs: {', '.join(map(repr, bad))} not an input of rank 3-5 "
+                         f"(eligible: {', '.join(eligible) or 'none'})", "fix the input names")
+    return names
+
+
+def to_onnx_layout(feed: dict[str, np.ndarray], nchw: Sequence[str]) -> dict[str, np.ndarray]:
+    return {k: np.ascontiguousarray(np.moveaxis(v, -1, 1)) if k in nchw else v
+            for k, v in feed.items()}

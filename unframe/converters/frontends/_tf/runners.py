@@ -1,0 +1,144 @@
+"""TensorFlow-side runners for parity: a Keras model, a tf.function or SavedModel signature, and
+the TFLite interpreter. Each takes feeds keyed by ONNX input names and returns outputs keyed by
+ONNX output names, in ONNX output order.
+
+Inputs the export transposed to NCHW (option ``nchw_inputs``) are transposed back to
+channels-last before TensorFlow sees them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from importlib import metadata
+from typing import Any
+
+import numpy as np
+
+from unframe.converters.frontends._tf.native import TfModel, make_interpreter
+from unframe.validate.runner import Runner, TensorSpec
+
+
+def _version(*dists: str) -> str:
+    for dist in dists:
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return "?"
+
+
+def to_channels_last(x: np.ndarray) -> np.ndarray:
+    """NC... -> N...C, the inverse of the export's input transpose."""
+    return np.moveaxis(x, 1, -1)
+
+
+class _TfRunner(Runner):
+    def __init__(self, model: TfModel, inputs: Sequence[TensorSpec], onnx_outputs: Sequence[str],
+                 nchw_inputs: Sequence[str] = ()) -> None:
+        self.model = model
+        self.inputs = list(inputs)
+        self.onnx_outputs = list(onnx_outputs)
+        self.nchw_inputs = set(nchw_inputs)
+
+    def input_specs(self) -> list[TensorSpec]:
+        return list(self.inputs)
+
+    def output_names(self) -> list[str]:
+        return list(self.onnx_outputs)
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        arrays = {}
+        for t in self.inputs:
+            value = np.asarray(feeds[t.name])
+            arrays[t.name] = to_channels_last(value) if t.name in self.nchw_inputs else value
+        values = self._run(arrays)
+        return {name: np.asarray(values[i]) for i, name in enumerate(self.onnx_outputs)}
+
+    def _run(self, arrays: dict[str, np.ndarray]) -> list[np.ndarray]:
+        raise NotImplementedError
+
+
+class KerasRunner(_TfRunner):
+    """The Keras model in inference mode (``training=False``)."""
+
+    def __init__(self, *args: Any, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.name = f"keras {_version('keras')} (tensorflow {_version('tensorflow', 'tensorflow-cpu')})"
+
+    def _run(self, arrays: dict[str, np.ndarray]) -> list[np.ndarray]:
+        model = self.model.obj
+        result = model(_keras_structure(model, arrays), training=False)
+        if isinstance(result, Mapping):
+            by_name = {str(k): v for k, v in result.items()}
+            if all(name in by_name for name in self.model.outputs):
+                return [_np(by_name[name]) for name in self.model.outputs]
+        import keras
+
+        return [_np(v) for v in keras.tree.flatten(result)]
+
+
+def _keras_structure(model: Any, arrays: dict[str, np.ndarray]) -> Any:
+    """Inputs in the structure the model was built with (tensor, list or dict)."""
+    names = [t.name for t in model.inputs]
+    struct = getattr(model, "_inputs_struct", None)
+    if isinstance(struct, Mapping):
+        return {key: arrays[value.name] for key, value in struct.items()}
+    if len(names) == 1 and not isinstance(struct, (list, tuple)):
+        return arrays[names[0]]
+    return [arrays[n] for n in names]
+
+
+class FunctionRunner(_TfRunner):
+    """A tf.function (positional inputs) or a SavedModel signature (keyword inputs)."""
+
+    def __init__(self, *args: Any, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.name = f"tensorflow {_version('tensorflow', 'tensorflow-cpu')}"
+        if self.model.kind == "saved_model":
+            self.name += f" (SavedModel signature {self.model.signature!r})"
+
+    def _run(self, arrays: dict[str, np.ndarray]) -> list[np.ndarray]:
+        import tensorflow as tf
+
+        tensors = {t.name: tf.constant(arrays[t.name]) for t in self.inputs}
+        if self.model.kind == "saved_model":
+            _, fn = self.model.obj
+            result = fn(**tensors)
+            return [_np(result[name]) for name in self.model.outputs]
+        result = self.model.obj(*[tensors[t.name] for t in self.inputs])
+        return [_np(v) for v in tf.nest.flatten(result)]
+
+
+class TfliteRunner(_TfRunner):
+    """The TFLite interpreter, resized to each feed's shapes."""
+
+    def __init__(self, *args: Any, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.name = f"tflite interpreter (tensorflow {_version('tensorflow', 'tensorflow-cpu')})"
+        self.interpreter = make_interpreter(self.model.path)
+
+    def _run(self, arrays: dict[str, np.ndarray]) -> list[np.ndarray]:
+        it = self.interpreter
+        names = self.model.tflite_names
+        details = it.get_input_details()
+        for det in details:
+            value = arrays[names.get(det["name"], det["name"])]
+            if tuple(det["shape"]) != value.shape:
+                it.resize_tensor_input(det["index"], value.shape, strict=False)
+        it.allocate_tensors()
+        for det in details:
+            value = arrays[names.get(det["name"], det["name"])]
+            it.set_tensor(det["index"], value.astype(det["dtype"], copy=False))
+        it.invoke()
+        return [it.get_tensor(det["index"]).copy() for det in it.get_output_details()]
+
+
+def _np(value: Any) -> np.ndarray:
+    return value.numpy() if hasattr(value, "numpy") else np.asarray(value)
+
+
+def make_runner(model: TfModel, inputs: Sequence[TensorSpec], onnx_outputs: Sequence[str],
+                nchw_inputs: Sequence[str] = ()) -> Runner:
+    cls = {"keras": KerasRunner, "function": FunctionRunner, "saved_model": FunctionRunner,
+           "tflite": TfliteRunner}[model.kind]
+    return cls(model, inputs, onnx_outputs, nchw_inputs)

@@ -1,0 +1,111 @@
+"""TensorFlow / Keras in: Keras 3 models, tf.Module / tf.function objects, ``.keras`` and legacy
+``.h5`` files, SavedModel directories and ``.tflite`` files, exported to ONNX through tf2onnx.
+
+Loading
+  ``.keras``/``.h5`` files load with Keras' ``safe_mode``. A Lambda layer holds Python code that
+  runs on load, so a file with one needs ``--trust`` (``trust=True``); the check reads the file's
+  config without deserializing it. A SavedModel uses one signature: ``--signature NAME``
+  (option ``signature``, default ``serving_default``); a missing one is an error listing those
+  the directory has.
+
+Export routes (``ExportResult.route`` says which one produced the graph)
+  1. tf2onnx: ``from_keras``, ``from_function`` (tf.function, tf.Module.__call__), its SavedModel
+     loader + ``from_graph_def``, or ``from_tflite``, at the wanted opset (tf2onnx goes up to 18;
+     the opset version converter does the rest);
+  2. for Keras models, Keras' own ONNX export (``model.export(..., format="onnx")``);
+  3. tf2onnx at another opset (18, or 15 when 18 failed).
+  A route is accepted when onnxruntime loads its graph and it matches TensorFlow on the first
+  parity feed; every rejected route is listed in ``ExportResult.notes``. tf2onnx's gap for
+  ``Erfc`` (exact GELU) is filled through its own ``@tf_op`` hook.
+
+Inputs
+  From the model's signature, with a dynamic batch dim named ``batch`` unless ``--static``.
+  ``--inputs name:shape:dtype`` overrides an input (by name, or by position when no name
+  matches). Input and output names are the model's own (Keras input/output names, SavedModel
+  and TFLite signature keys; ``output_<i>`` for tf.function results that are not dicts).
+  Inputs of dtypes ONNX can't take (complex, resource, variant...) are refused with their names.
+
+Layout
+  Channels-last models stay channels-last: the ONNX inputs have the Keras shapes (NHWC) and
+  tf2onnx's internal transposes keep the numbers right. Option ``nchw_inputs`` (CLI
+  ``--nchw-inputs``) makes every rank-3 to rank-5 input channels-first at the graph edge, for
+  runtimes that want NCHW: the ONNX input becomes ``[N, C, H, W]`` and a Transpose back to
+  ``[N, H, W, C]`` is the first node. Parity feeds are then NCHW; the TensorFlow runner
+  transposes them back. ``nchw_inputs`` may also be a list of input names.
+
+Parity
+  TensorFlow (Keras in inference mode, the tf.function/signature, or the TFLite interpreter) vs
+  onnxruntime, on the user's samples or on generated feeds: floats from N(0, 1), integers in
+  ``[0, k)`` with ``k`` the smallest Embedding ``input_dim`` (3 when there is none). With a
+  dynamic batch there are two feeds of batch 2 and 3 (dynamic non-batch dims: 8 and 6); user
+  samples get a second feed with one row fewer (or doubled when the batch is 1).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from unframe.converters.base import ConvertOptions, ExportResult, Frontend, InputSpec
+from unframe.converters.registry import register_frontend
+from unframe.validate.runner import Runner, TensorSpec
+
+
+@register_frontend
+class TensorflowFrontend(Frontend):
+    name = "tf"
+    aliases = ("tensorflow", "keras")
+    extra = "tf"
+    requires = ("tensorflow", "keras", "tf2onnx")
+    packages = "tensorflow-cpu, keras, tf2onnx"
+    description = ("TensorFlow/Keras: keras.Model, tf.Module, tf.function, .keras, .h5, "
+                   "SavedModel directories, .tflite (via tf2onnx)")
+    suffixes = (".keras", ".h5", ".hdf5", ".tflite")
+    object_types = (
+        "keras.src.models.model.Model",
+        "tensorflow.python.module.module.Module",
+        "tensorflow.python.eager.polymorphic_function.polymorphic_function.Function",
+    )
+    option_names = ("signature", "nchw_inputs")
+
+    def distributions(self) -> tuple[str, ...]:
+        return ("tensorflow-cpu", "tensorflow", "keras", "tf2onnx", "onnx")
+
+    def accepts_path(self, path: Path) -> bool:
+        from unframe.converters.frontends._tf.native import is_saved_model_dir
+
+        return is_saved_model_dir(path) or super().accepts_path(path)
+
+    def default_opset(self) -> int:
+        from unframe.converters.frontends._tf.export import MAX_OPSET
+
+        return MAX_OPSET
+
+    def closest_opset(self, wanted: int) -> int:
+        from unframe.converters.frontends._tf.export import clamp_opset
+
+        return clamp_opset(wanted)
+
+    def load(self, source: Any, opts: ConvertOptions) -> Any:
+        from unframe.converters.frontends._tf import native
+
+        return native.load(source, opts.trust, opts.get("signature"))
+
+    def to_onnx(self, native: Any, spec: InputSpec, opts: ConvertOptions) -> ExportResult:
+        from unframe.converters.frontends._tf.pipeline import export
+
+        opset = self.closest_opset(opts.opset) if opts.opset else self.default_opset()
+        return export(native, spec, opset, opts.get("nchw_inputs"), self.versions())
+
+    def runner(self, native: Any, export: ExportResult) -> Runner:
+        from unframe.converters.frontends._tf.runners import make_runner
+
+        inputs: list[TensorSpec] = export.extra["tf_inputs"]
+        return make_runner(native, inputs, [v.name for v in export.model.graph.outputs],
+                           export.extra.get("nchw_inputs", ()))
+
+    def describe(self, native: Any) -> str:
+        kind = {"keras": "Keras model", "function": "tf.function", "saved_model": "SavedModel",
+                "tflite": "TFLite model"}[native.kind]
+        sig = f", signature {native.signature!r}" if native.signature else ""
+        return f"{kind} {native.source}{sig}"
