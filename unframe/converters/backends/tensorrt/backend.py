@@ -142,6 +142,7 @@ class TensorRTBackend(Backend):
             optimization_level=_int_or_none(target.get("builder_optimization_level")))
         result = build(trt, onnx_path, profile, options)
         meta = self._metadata(trt, precision, profile, result.flags, onnx_path)
+        meta["network"] = result.network
         notes = [f"built with {trt.__name__} {trt.__version__} ({meta['gpu']})",
                  *result.notes]
         if precision != "fp32":

@@ -45,6 +45,7 @@ class BuildResult:
     warnings: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     flags: dict[str, Any] = field(default_factory=dict)
+    network: dict[str, Any] = field(default_factory=dict)  # see network_summary()
 
 
 def parse(trt: ModuleType, onnx_path: Path, logger: Any) -> tuple[Any, Any, Any]:
@@ -84,13 +85,35 @@ def build(trt: ModuleType, onnx_path: Path, profile: dict[str, ProfileShape],
     serialized = builder.build_serialized_network(network, config)
     if serialized is None:
         raise _build_failure(logger, builder, profile)
-    result = BuildResult(engine=bytes(serialized), flags=flags,
+    result = BuildResult(engine=bytes(serialized), flags=flags, network=network_summary(network),
                          warnings=[m for lvl, m in logger.messages if lvl == "WARNING"][:20])
     if options.timing_cache is not None:
         _save_timing_cache(config, options.timing_cache)
         result.notes.append(f"timing cache {'updated' if cache else 'written'}: "
                             f"{options.timing_cache}")
     return result
+
+
+def network_summary(network: Any) -> dict[str, Any]:
+    """The parsed network's I/O (name, dtype, shape with -1 for dynamic dims) and how many layer
+    outputs it computes in each type: what the sidecar records and tests check."""
+    def io(tensor: Any) -> dict[str, Any]:
+        return {"name": tensor.name, "dtype": _type_name(tensor.dtype),
+                "shape": [int(d) for d in tensor.shape]}
+
+    types: dict[str, int] = {}
+    for i in range(network.num_layers):
+        layer = network.get_layer(i)
+        for j in range(layer.num_outputs):
+            kind = _type_name(layer.get_output(j).dtype)
+            types[kind] = types.get(kind, 0) + 1
+    return {"inputs": [io(network.get_input(i)) for i in range(network.num_inputs)],
+            "outputs": [io(network.get_output(i)) for i in range(network.num_outputs)],
+            "layers": network.num_layers, "layer_output_types": dict(sorted(types.items()))}
+
+
+def _type_name(dtype: Any) -> str:
+    return str(dtype).rsplit(".", 1)[-1]
 
 
 def _configure(trt: ModuleType, builder: Any, config: Any, profile: dict[str, ProfileShape],
@@ -104,7 +127,8 @@ def _configure(trt: ModuleType, builder: Any, config: Any, profile: dict[str, Pr
         flags["builder_optimization_level"] = int(options.optimization_level)
     if options.version_compatible:
         flag = getattr(trt.BuilderFlag, "VERSION_COMPATIBLE", None)
-        if flag is None:
+        # TensorRT-RTX has the flag but no lean runtime to embed: its build fails late.
+        if flag is None or trt.__name__ == "tensorrt_rtx":
             raise UsageError(f"{trt.__name__} has no version-compatible engines",
                              "drop --version-compatible")
         config.set_flag(flag)

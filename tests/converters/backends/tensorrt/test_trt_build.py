@@ -1,0 +1,198 @@
+"""Parse-and-build tier: real TensorRT parser and builder (tensorrt-rtx builds on the CPU).
+Without a GPU an engine can't be loaded, so the checks are on what the parser made of the graph
+(the network's I/O, dynamic dims, layer types) as recorded in the sidecar, plus the errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from onnx import helper
+from trt_models import cnn_model, const, make_model, torch_model, trt_or_skip, vi
+
+from unframe.converters.backends.tensorrt import sidecar, trtmodule
+from unframe.converters.backends.tensorrt.backend import TensorRTBackend
+from unframe.converters.base import RunnerUnavailable, Target
+from unframe.converters.registry import BACKENDS
+from unframe.errors import ConversionError, InputError, UnsupportedError, UsageError
+
+FAST = {"builder_optimization_level": 0}
+
+
+@pytest.fixture(scope="module")
+def backend() -> TensorRTBackend:
+    trt_or_skip()
+    return BACKENDS.get("tensorrt")
+
+
+def target(**options) -> Target:
+    return Target("tensorrt", options={**FAST, **options})
+
+
+def convert_and_write(backend, model, tgt, tmp_path: Path) -> tuple[Path, dict]:
+    assert backend.check(model, tgt) == []
+    artifact = backend.convert(model, tgt, tmp_path / "work")
+    backend.stamp(artifact, {"source_sha256": "abc123", "route": "onnx -> tensorrt"})
+    engine, side = backend.write(artifact, tmp_path / "model.engine")
+    assert side == tmp_path / "model.engine.json"
+    return engine, json.loads(side.read_text())
+
+
+def io_of(meta: dict, kind: str) -> list[tuple[str, str, list[int]]]:
+    return [(t["name"], t["dtype"], t["shape"]) for t in meta["network"][kind]]
+
+
+def test_cnn_dynamic_batch_from_sample_shapes(backend, tmp_path):
+    trt = trtmodule.load_or_none()
+    engine, meta = convert_and_write(backend, cnn_model(), target(sample_shapes={"x": (2, 3, 16, 16)}),
+                                     tmp_path)
+    assert engine.stat().st_size > 10_000
+    assert meta["flavour"] == trt.__name__ and meta["tensorrt_version"] == trt.__version__
+    assert meta["precision"] == "fp32" and meta["strongly_typed"] is True
+    assert meta["provenance"] == {"source_sha256": "abc123", "route": "onnx -> tensorrt"}
+    assert meta["profiles"] == [{"x": {"min": [1, 3, 16, 16], "opt": [2, 3, 16, 16],
+                                       "max": [8, 3, 16, 16]}}]
+    assert io_of(meta, "inputs") == [("x", "FLOAT", [-1, 3, 16, 16])]
+    assert io_of(meta, "outputs") == [("y", "FLOAT", [-1, 5])]
+    device = trtmodule.cuda_device()
+    assert meta["gpu"] == (sidecar.AOT_ON_CPU if isinstance(device, str) else device.name)
+
+
+def test_dynamic_batch_with_explicit_profile(backend, tmp_path):
+    shapes = [("x", (1, 3, 16, 16), (4, 3, 16, 16), (16, 3, 16, 16))]
+    _, meta = convert_and_write(backend, cnn_model(), target(shapes=shapes), tmp_path)
+    assert meta["profiles"] == [{"x": {"min": [1, 3, 16, 16], "opt": [4, 3, 16, 16],
+                                       "max": [16, 3, 16, 16]}}]
+
+
+def test_missing_range_for_dynamic_batch_is_a_usage_error(backend, tmp_path):
+    with pytest.raises(UsageError, match="input 'x' has dynamic dims"):
+        backend.convert(cnn_model(), target(), tmp_path)
+
+
+def test_lstm(backend, tmp_path):
+    torch = pytest.importorskip("torch", reason="needs torch to export the LSTM")
+    torch.manual_seed(0)
+    model = torch_model(torch.nn.LSTM(4, 8), (torch.randn(5, 2, 4),), ["x"], ["y", "h", "c"])
+    assert any(n.op_type == "LSTM" for n in model.graph)
+    _, meta = convert_and_write(backend, model, target(), tmp_path)
+    assert io_of(meta, "inputs") == [("x", "FLOAT", [5, 2, 4])]
+    assert [(n, s) for n, _, s in io_of(meta, "outputs")] == \
+        [("y", [5, 2, 8]), ("h", [1, 2, 8]), ("c", [1, 2, 8])]
+
+
+def encoder_model():
+    torch = pytest.importorskip("torch", reason="needs torch to export the encoder")
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True)
+    encoder = torch.nn.TransformerEncoder(layer, 1, enable_nested_tensor=False)
+    return torch_model(encoder, (torch.randn(2, 5, 16),), ["x"], ["y"],
+                       dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}})
+
+
+def test_transformer_encoder_fp32_and_fp16(backend, tmp_path):
+    model = encoder_model()
+    _, fp32 = convert_and_write(backend, model, target(sample_shapes={"x": (2, 5, 16)}),
+                                tmp_path / "fp32")
+    _, fp16 = convert_and_write(backend, model, target(precision="fp16",
+                                                       sample_shapes={"x": (2, 5, 16)}),
+                                tmp_path / "fp16")
+    # The fp16 graph keeps the model's float32 inputs and outputs...
+    assert io_of(fp16, "inputs") == io_of(fp32, "inputs") == [("x", "FLOAT", [-1, 5, 16])]
+    assert io_of(fp16, "outputs") == io_of(fp32, "outputs")
+    # ...but the network computes in half precision, which the fp32 build does not.
+    assert fp16["network"]["layer_output_types"].get("HALF", 0) > 10
+    assert "HALF" not in fp32["network"]["layer_output_types"]
+    # Sensitive ops stay in float: the fp16 network still has float layers inside.
+    assert fp16["network"]["layer_output_types"].get("FLOAT", 0) > 2
+    assert fp16["precision"] == "fp16"
+
+
+def test_fp16_cnn_network_types(backend, tmp_path):
+    _, meta = convert_and_write(backend, cnn_model(batch=2), target(precision="fp16"), tmp_path)
+    assert io_of(meta, "inputs") == [("x", "FLOAT", [2, 3, 16, 16])]
+    assert meta["network"]["layer_output_types"].get("HALF", 0) >= 5
+
+
+def test_parse_error_names_node_op_and_parser_message(backend, tmp_path):
+    model = make_model([helper.make_node("Relu", ["x"], ["r"], name="relu"),
+                        helper.make_node("Unique", ["r"], ["y"], name="the_unique")],
+                       [vi("x", [4])], [vi("y", None)])
+    with pytest.raises(UnsupportedError, match="TensorRT's ONNX parser refused") as info:
+        backend.convert(model, target(), tmp_path)  # convert without check: the parser decides
+    assert [(b.node, b.op) for b in info.value.blockers] == [("the_unique", "Unique")]
+    assert info.value.blockers[0].reason.startswith("parser: ")
+
+
+def test_build_returning_nothing_says_why(backend, tmp_path):
+    with pytest.raises(ConversionError, match=r"no engine \(likely cause: workspace\)") as info:
+        backend.convert(cnn_model(batch=1), target(workspace=1), tmp_path)
+    assert "--workspace" in info.value.hint
+    assert info.value.details["builder_errors"]
+
+
+def test_timing_cache_is_written_then_loaded(backend, tmp_path):
+    cache = tmp_path / "cache" / "timing.bin"
+    first = backend.convert(cnn_model(batch=1), target(timing_cache=str(cache)), tmp_path / "a")
+    assert cache.is_file() and cache.stat().st_size > 0
+    assert any("timing cache written" in n for n in first.notes)
+    second = backend.convert(cnn_model(batch=1), target(timing_cache=str(cache)), tmp_path / "b")
+    assert any("timing cache updated" in n for n in second.notes)
+
+
+def test_compatibility_flags(backend, tmp_path):
+    trt = trtmodule.load_or_none()
+    _, meta = convert_and_write(backend, cnn_model(batch=1),
+                                target(hardware_compatibility="ampere+"), tmp_path)
+    assert meta["flags"]["hardware_compatibility"] == "ampere_plus"
+    with pytest.raises(UsageError, match="unknown --hardware-compatibility"):
+        backend.convert(cnn_model(batch=1), target(hardware_compatibility="volta"), tmp_path)
+    if trt.__name__ == "tensorrt_rtx":
+        with pytest.raises(UsageError, match="no version-compatible engines"):
+            backend.convert(cnn_model(batch=1), target(version_compatible=True), tmp_path)
+    else:
+        _, meta = convert_and_write(backend, cnn_model(batch=1), target(version_compatible=True),
+                                    tmp_path / "vc")
+        assert meta["flags"]["version_compatible"] is True
+
+
+def test_engine_as_input_is_rejected_and_compat_read_from_sidecar(backend, tmp_path):
+    engine, meta = convert_and_write(backend, cnn_model(batch=1), target(), tmp_path)
+    with pytest.raises(InputError, match="is a TensorRT engine"):
+        sidecar.reject_engine_input(engine)
+    sidecar.reject_engine_input(tmp_path / "work" / "tensorrt_prepared.onnx")  # an ONNX is fine
+    problems = sidecar.check_engine_compat(engine)
+    device = trtmodule.cuda_device()
+    assert any(p.startswith("no CUDA device") for p in problems) == isinstance(device, str)
+    assert not any("built with" in p for p in problems)
+    meta["tensorrt_version"] = "0.0.1"
+    (tmp_path / "model.engine.json").write_text(json.dumps(meta))
+    assert any("built with" in p and "0.0.1" in p for p in sidecar.check_engine_compat(engine))
+    (tmp_path / "model.engine.json").unlink()
+    assert "no readable sidecar" in sidecar.check_engine_compat(engine)[0]
+
+
+def test_runner_without_gpu_says_why(backend, tmp_path):
+    device = trtmodule.cuda_device()
+    if not isinstance(device, str):
+        pytest.skip(f"this machine has a CUDA device ({device.name}): see test_trt_gpu.py")
+    artifact = backend.convert(cnn_model(batch=1), target(), tmp_path)
+    with pytest.raises(RunnerUnavailable, match="^no CUDA device: "):
+        backend.runner(artifact, target())
+
+
+def test_check_adds_precision_blocker(backend):
+    blockers = backend.check(cnn_model(batch=1), target(precision="int8"))
+    assert [b.reason for b in blockers] == ["precision 'int8' is not one of fp32, fp16, bf16"]
+
+
+def test_resize_with_computed_scales_builds(backend, tmp_path):
+    nodes = [helper.make_node("Mul", ["base", "factor"], ["scales"]),
+             helper.make_node("Resize", ["x", "", "scales"], ["y"], mode="nearest")]
+    model = make_model(nodes, [vi("x", [1, 1, 2, 2])], [vi("y", [1, 1, 4, 4])],
+                       [const("base", np.ones(4, np.float32)),
+                        const("factor", np.array([1, 1, 2, 2], np.float32))])
+    _, meta = convert_and_write(backend, model, target(), tmp_path)
+    assert io_of(meta, "outputs") == [("y", "FLOAT", [1, 1, 4, 4])]
