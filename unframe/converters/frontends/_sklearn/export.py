@@ -1,0 +1,235 @@
+"""scikit-learn -> ONNX through skl2onnx, with the precision route chosen from the samples.
+
+``precision``:
+- ``float``: float32 inputs (skl2onnx's default);
+- ``double``: float64 inputs, so tree thresholds and scores keep scikit-learn's values;
+- ``auto`` (default): convert with float32, run onnxruntime on the samples cast to float32 and
+  scikit-learn on the samples as given; when a label differs, or a score misses the float32
+  tolerance, switch to the double route (when that converts and loads; else keep float and say so).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from importlib import metadata
+from typing import Any
+
+import numpy as np
+import onnx
+
+from unframe.converters.frontends._sklearn import inputs as inputs_mod
+from unframe.converters.frontends._sklearn.converters import EXTENSIONS, ONNXMLTOOLS, register_all
+from unframe.converters.frontends._sklearn.converters.hist_gradient_boosting import fix_ml_opset
+from unframe.converters.frontends._sklearn.inputs import InputPlan, walk
+from unframe.converters.frontends._sklearn.runner import PREDICT, SklearnRunner, output_methods
+from unframe.errors import (Blocker, ConversionError, InputError, UnsupportedError, UsageError)
+from unframe.validate import tolerances
+from unframe.validate.compare import compare_arrays
+
+PRECISIONS = ("auto", "float", "double")
+MIN_OPSET = 13  # Unsqueeze/ReduceSum with axes as inputs, used by unframe's converters
+
+
+@dataclass
+class Conversion:
+    proto: onnx.ModelProto
+    double: bool
+    methods: list[str]
+    output_names: list[str]
+    notes: list[str] = field(default_factory=list)
+
+
+def check_fitted(model: Any, source: str) -> None:
+    from sklearn.exceptions import NotFittedError
+    from sklearn.utils.validation import check_is_fitted
+
+    try:
+        check_is_fitted(model)
+    except NotFittedError:
+        raise InputError(f"{source} ({type(model).__name__}) is not fitted",
+                         "call fit() on it before converting") from None
+    except TypeError as exc:  # not an estimator at all
+        raise InputError(f"{source} is not a scikit-learn estimator: {exc}",
+                         "pass a fitted estimator or Pipeline") from None
+
+
+def final_classifier_options(model: Any, zipmap: bool) -> dict[int, dict[str, Any]]:
+    """zipmap for the estimator producing the outputs, when its converter takes the option."""
+    from skl2onnx._supported_operators import get_model_alias
+    from skl2onnx.common._registration import get_converter
+
+    last = inputs_mod.final_estimator(model)
+    try:
+        allowed = get_converter(get_model_alias(type(last))).get_allowed_options() or {}
+    except Exception:  # unknown model: the conversion itself reports it
+        return {}
+    return {id(last): {"zipmap": zipmap}} if "zipmap" in allowed else {}
+
+
+def run_skl2onnx(model: Any, plan: InputPlan, *, double: bool, opset: int, zipmap: bool,
+                 source: str) -> onnx.ModelProto:
+    from skl2onnx import convert_sklearn
+    from skl2onnx.common.exceptions import MissingConverter, MissingShapeCalculator
+
+    try:
+        proto = convert_sklearn(model, initial_types=plan.initial_types(double),
+                                target_opset=opset,
+                                options=final_classifier_options(model, zipmap) or None)
+    except (MissingConverter, MissingShapeCalculator) as exc:
+        raise no_converter_error(model, str(exc), source) from None
+    except RuntimeError as exc:
+        if "Unable to find a shape calculator" in str(exc) or "Unable to find" in str(exc):
+            raise no_converter_error(model, str(exc), source) from None
+        raise ConversionError(f"skl2onnx failed on {source} ({type(model).__name__}): "
+                              f"{_first_line(exc)}", "report it with --debug output") from exc
+    except NotImplementedError as exc:
+        raise UnsupportedError(f"{source}: {_first_line(exc)}", blockers=[
+            Blocker(op=type(inputs_mod.final_estimator(model)).__name__, reason=_first_line(exc))]
+        ) from None
+    except Exception as exc:
+        raise ConversionError(f"skl2onnx failed on {source} ({type(model).__name__}): "
+                              f"{_first_line(exc)}", "report it with --debug output") from exc
+    fix_ml_opset(proto)
+    return proto
+
+
+def unconverted_classes(model: Any) -> list[str]:
+    from skl2onnx._supported_operators import sklearn_operator_name_map
+
+    return sorted({f"{type(e).__module__}.{type(e).__qualname__}" for e in walk(model)
+                   if type(e) not in sklearn_operator_name_map
+                   and type(e).__name__ not in ("Pipeline", "ColumnTransformer", "FeatureUnion")})
+
+
+def no_converter_error(model: Any, message: str, source: str) -> UnsupportedError:
+    names = unconverted_classes(model) or re.findall(r"<class '([^']+)'>", message)[:1] \
+        or [type(model).__name__]
+    hint = ("register a converter with skl2onnx.update_registered_converter(<class>, alias, "
+            "shape_calculator, converter) before converting")
+    blockers = [Blocker(op=n, reason="skl2onnx has no converter for this estimator", hint=hint)
+                for n in names]
+    return UnsupportedError(f"{source}: no ONNX converter for {', '.join(names)}", hint,
+                            blockers=blockers)
+
+
+def convert_route(model: Any, plan: InputPlan, *, double: bool, opset: int, zipmap: bool,
+                  source: str) -> Conversion:
+    proto = run_skl2onnx(model, plan, double=double, opset=opset, zipmap=zipmap, source=source)
+    names = [o.name for o in proto.graph.output]
+    return Conversion(proto, double, output_methods(model, len(names)), names)
+
+
+def float_mismatch(model: Any, plan: InputPlan, conv: Conversion) -> str:
+    """Why the float32 graph changes scikit-learn's results on the samples ('' when it doesn't).
+    scikit-learn sees the samples as given; onnxruntime sees them cast to float32."""
+    from unframe.validate.onnxruntime import OnnxRuntimeRunner
+
+    if plan.samples is not None:
+        exact_feed = inputs_mod.sample_feeds(plan, double=True)[0]
+        float_feed = inputs_mod.sample_feeds(plan, double=False)[0]
+    else:
+        float_feed = inputs_mod.generated_feeds(plan, double=False)[0]
+        exact_feed = float_feed
+    ref = SklearnRunner(model, plan, conv.methods, conv.output_names).run(exact_feed)
+    got = OnnxRuntimeRunner(conv.proto).run(float_feed)
+    problems = []
+    for name, method in zip(conv.output_names, conv.methods):
+        if _is_map_sequence(got[name]):
+            continue
+        atol, rtol = (0.0, 0.0) if method == PREDICT and is_label(model) else \
+            tolerances.DEFAULTS["float32"]
+        res = compare_arrays(name, np.asarray(ref[name]), np.asarray(got[name]), atol, rtol)
+        if not res.passed:
+            problems.append(f"{name}: {res.reason}")
+    return "; ".join(problems)
+
+
+def is_label(model: Any) -> bool:
+    from sklearn.base import is_classifier
+
+    return is_classifier(model) or hasattr(inputs_mod.final_estimator(model), "cluster_centers_")
+
+
+def _is_map_sequence(value: Any) -> bool:
+    arr = np.asarray(value)
+    return arr.dtype == object and arr.size > 0 and isinstance(arr.flat[0], dict)
+
+
+def choose_route(model: Any, plan: InputPlan, precision: str, *, opset: int, zipmap: bool,
+                 source: str) -> Conversion:
+    if precision not in PRECISIONS:
+        raise UsageError(f"unknown sklearn precision {precision!r}",
+                         f"use one of {', '.join(PRECISIONS)}")
+    if precision == "double":
+        return _double_or_raise(model, plan, opset, zipmap, source)
+    conv = convert_route(model, plan, double=False, opset=opset, zipmap=zipmap, source=source)
+    if precision == "float":
+        return conv
+    why = float_mismatch(model, plan, conv)
+    if not why:
+        conv.notes.append("precision auto: float32 reproduces scikit-learn on the parity inputs")
+        return conv
+    try:
+        double = _double_or_raise(model, plan, opset, zipmap, source)
+    except Exception as exc:  # keep float, but say it differs
+        conv.notes.append(f"precision auto: float32 changes results ({why}); the double route "
+                          f"is unavailable ({_first_line(exc)}), kept float32")
+        return conv
+    double.notes.append(f"precision auto: switched to double because float32 changes results "
+                        f"({why})")
+    return double
+
+
+def _double_or_raise(model: Any, plan: InputPlan, opset: int, zipmap: bool, source: str
+                     ) -> Conversion:
+    from unframe.validate.onnxruntime import OnnxRuntimeRunner
+
+    if all(k != inputs_mod.FLOAT for k in plan.kinds):
+        raise UsageError(f"{source} has no float inputs, so the double route changes nothing",
+                         "use precision float or auto")
+    conv = convert_route(model, plan, double=True, opset=opset, zipmap=zipmap, source=source)
+    try:
+        OnnxRuntimeRunner(conv.proto)
+    except Exception as exc:
+        raise ConversionError(f"the double-precision graph of {source} does not load in "
+                              f"onnxruntime: {_first_line(exc)}",
+                              "use precision float") from None
+    return conv
+
+
+def converted_by(model: Any) -> dict[str, str]:
+    """How each estimator class inside the model is converted."""
+    ext = {name for name, _ in EXTENSIONS}
+    mlt = {name for name, _ in ONNXMLTOOLS}
+    out = {}
+    for est in walk(model):
+        name = type(est).__name__
+        out[name] = "unframe extension" if name in ext else "onnxmltools" if name in mlt \
+            else "skl2onnx"
+    return out
+
+
+def tool_versions(model: Any) -> dict[str, str]:
+    dists = ["scikit-learn", "skl2onnx", "onnx"]
+    how = converted_by(model)
+    if "onnxmltools" in how.values():
+        dists.append("onnxmltools")
+        dists += [lib for lib in ("xgboost", "lightgbm")
+                  if any(type(e).__module__.startswith(lib) for e in walk(model))]
+    out = {}
+    for d in dists:
+        try:
+            out[d] = metadata.version(d)
+        except metadata.PackageNotFoundError:
+            pass
+    return out
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:300] if text else type(exc).__name__
+
+
+def ensure_registered() -> list[str]:
+    return register_all()

@@ -1,0 +1,92 @@
+"""The scikit-learn side of parity: the fitted estimator's own methods, keyed by ONNX output names.
+
+skl2onnx's output conventions, which the reference follows:
+- classifiers: ``label`` = predict (bool classes as int64), ``probabilities`` = predict_proba,
+  or decision_function for models without probabilities. For binary models skl2onnx has three
+  layouts of the one decision value d, measured with skl2onnx 1.20: [d] (LinearSVC,
+  RidgeClassifier[CV]), [d, -d] (SVC, NuSVC) and [-d, d] (SGDClassifier, Perceptron, ...);
+- regressors: ``variable`` = predict as [N, n_targets];
+- clusterers with transform (KMeans): ``label`` = predict, ``scores`` = transform;
+- transformers: ``variable`` = transform (dense).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from importlib import metadata
+from typing import Any
+
+import numpy as np
+
+from unframe.converters.frontends._sklearn.inputs import InputPlan, final_estimator, to_sklearn_input
+from unframe.errors import UnsupportedError
+from unframe.validate.runner import Runner
+
+PREDICT, PROBA, DECISION, DECISION_2COL, DECISION_SVC, TRANSFORM = (
+    "predict", "predict_proba", "decision_function", "decision_function_2col",
+    "decision_function_svc", "transform")
+ONE_COLUMN_BINARY = {"LinearSVC", "RidgeClassifier", "RidgeClassifierCV"}
+SVC_BINARY = {"SVC", "NuSVC"}
+
+
+def output_methods(model: Any, n_outputs: int) -> list[str]:
+    """Which estimator method produces each ONNX output, in output order."""
+    from sklearn.base import is_classifier, is_regressor
+
+    last = final_estimator(model)
+    if is_classifier(model):
+        if hasattr(model, "predict_proba"):
+            return [PREDICT, PROBA][:n_outputs]
+        name = type(last).__name__
+        if len(getattr(last, "classes_", ())) != 2 or name in ONE_COLUMN_BINARY:
+            return [PREDICT, DECISION][:n_outputs]
+        return [PREDICT, DECISION_SVC if name in SVC_BINARY else DECISION_2COL][:n_outputs]
+    if is_regressor(model) or type(last).__name__ == "IsotonicRegression":
+        return [PREDICT][:n_outputs]
+    if hasattr(model, "predict") and hasattr(model, "transform") and n_outputs == 2:
+        return [PREDICT, TRANSFORM]  # KMeans-like clusterers
+    if hasattr(model, "transform") and n_outputs == 1:
+        return [TRANSFORM]
+    raise UnsupportedError(
+        f"unframe can't check the outputs of {type(model).__name__} against scikit-learn "
+        f"({n_outputs} ONNX outputs, no known method mapping)",
+        "convert with validate=False (--no-validate)")
+
+
+def call(model: Any, method: str, x: Any) -> np.ndarray:
+    if method in (DECISION_2COL, DECISION_SVC):
+        d = np.asarray(model.decision_function(x)).reshape(-1, 1)
+        return np.hstack([d, -d] if method == DECISION_SVC else [-d, d])
+    out = getattr(model, method)(x)
+    if hasattr(out, "toarray"):
+        out = out.toarray()
+    out = np.asarray(out)
+    if method == PREDICT and out.dtype == bool:
+        out = out.astype(np.int64)  # skl2onnx encodes bool classes as int64 labels
+    if method == PREDICT and out.ndim == 1 and out.dtype.kind == "f":
+        out = out.reshape(-1, 1)  # skl2onnx regressors give [N, 1]
+    if method == DECISION and out.ndim == 1:
+        out = out.reshape(-1, 1)
+    return out
+
+
+class SklearnRunner(Runner):
+    """Runs the fitted estimator on ONNX-named feeds."""
+
+    def __init__(self, model: Any, plan: InputPlan, methods: list[str], output_names: list[str]):
+        self.model, self.plan, self.methods, self.names = model, plan, methods, output_names
+        self.name = f"scikit-learn {_version('scikit-learn')}"
+
+    def output_names(self) -> list[str]:
+        return list(self.names)
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        x = to_sklearn_input(self.plan, dict(feeds))
+        return {name: call(self.model, method, x) for name, method in zip(self.names, self.methods)}
+
+
+def _version(dist: str) -> str:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "?"

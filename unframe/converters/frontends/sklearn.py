@@ -1,0 +1,157 @@
+"""scikit-learn in: fitted estimators and pipelines (objects, .skops, trusted .pkl/.joblib) -> ONNX.
+
+Conversion goes through skl2onnx; onnxmltools' converters are registered into it for XGBoost and
+LightGBM wrappers (alone or inside pipelines); unframe's own converters fill skl2onnx's gaps
+through ``skl2onnx.update_registered_converter`` (HistGradientBoosting with scikit-learn 1.9,
+IsotonicRegression, GaussianProcessClassifier without a vendor op): see ``_sklearn/converters``.
+
+Input types come from the samples or the fitted model (``_sklearn/inputs.py``); classifier
+outputs are plain tensors (label + probability matrix) unless ``zipmap`` is set; the float32 or
+float64 route is chosen by ``precision`` (``_sklearn/export.py``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from unframe.converters.base import ConvertOptions, ExportResult, Frontend, InputSpec
+from unframe.converters.registry import register_frontend
+from unframe.errors import InputError
+from unframe.validate.runner import Runner
+
+DEFAULT_OPSET = 18
+
+
+@register_frontend
+class SklearnFrontend(Frontend):
+    name = "sklearn"
+    extra = "sklearn"
+    requires = ("sklearn", "skl2onnx")
+    packages = "scikit-learn, skl2onnx, skops, onnxmltools"
+    description = ("fitted scikit-learn estimators and pipelines (.skops; .pkl/.joblib with "
+                   "--trust), XGBoost and LightGBM scikit-learn wrappers")
+    suffixes = (".skops", ".pkl", ".joblib")
+    object_types = ("sklearn.base.BaseEstimator",)
+    option_names = ("zipmap", "precision")
+
+    def distributions(self) -> tuple[str, ...]:
+        return ("scikit-learn", "skl2onnx", "skops", "onnxmltools", "xgboost", "lightgbm")
+
+    def default_opset(self) -> int:
+        return min(DEFAULT_OPSET, _max_opset())
+
+    def closest_opset(self, wanted: int) -> int:
+        from unframe.converters.frontends._sklearn.export import MIN_OPSET
+
+        return max(MIN_OPSET, min(int(wanted), _max_opset()))
+
+    def load(self, source: Any, opts: ConvertOptions) -> Any:
+        from unframe.converters.frontends._sklearn.load import load_file
+
+        if isinstance(source, (str, Path)):
+            return load_file(Path(source), opts.trust)
+        if not self.accepts_object(source):
+            raise InputError(f"{type(source).__name__} is not a scikit-learn estimator",
+                             "pass a fitted estimator, a Pipeline, or a .skops file")
+        return source
+
+    def to_onnx(self, native: Any, spec: InputSpec, opts: ConvertOptions) -> ExportResult:
+        import onnx_ir as ir
+
+        from unframe.converters.frontends._sklearn import export as ex
+        from unframe.converters.frontends._sklearn import inputs
+
+        ex.ensure_registered()
+        source = _source_name(native)
+        ex.check_fitted(native, source)
+        name = spec.tensors[0].name if spec.tensors and len(spec.tensors) == 1 else None
+        plan = inputs.plan_inputs(native, spec.samples, static=spec.static, name=name,
+                                  source=source)
+        opset = self.closest_opset(opts.opset) if opts.opset else self.default_opset()
+        conv = ex.choose_route(native, plan, str(opts.get("precision", "auto")), opset=opset,
+                               zipmap=bool(opts.get("zipmap", False)), source=source)
+        feeds = (inputs.sample_feeds(plan, conv.double) if plan.samples is not None
+                 else inputs.generated_feeds(plan, conv.double))
+        return ExportResult(
+            model=ir.serde.deserialize_model(conv.proto),
+            tool="skl2onnx", route="skl2onnx float64 (double precision)" if conv.double
+            else "skl2onnx float32", opset=opset, tool_versions=ex.tool_versions(native),
+            notes=conv.notes + _how_notes(native), feeds=feeds,
+            exact_outputs=_exact_outputs(native, conv), tolerances=_tolerances(native, conv),
+            extra={"precision": "double" if conv.double else "float", "input_plan": plan,
+                   "methods": dict(zip(conv.output_names, conv.methods)),
+                   "converted_by": ex.converted_by(native)})
+
+    def runner(self, native: Any, export: ExportResult) -> Runner:
+        from unframe.converters.frontends._sklearn.runner import SklearnRunner
+
+        methods: dict[str, str] = export.extra["methods"]
+        return SklearnRunner(native, export.extra["input_plan"], list(methods.values()),
+                             list(methods))
+
+    def describe(self, native: Any) -> str:
+        from unframe.converters.frontends._sklearn.inputs import walk
+
+        names = [type(e).__name__ for e in walk(native)]
+        return names[0] if len(names) == 1 else f"{names[0]}({', '.join(names[1:])})"
+
+
+def _source_name(native: Any) -> str:
+    return f"the {type(native).__name__}"
+
+
+def _exact_outputs(native: Any, conv: Any) -> list[str]:
+    from unframe.converters.frontends._sklearn.export import is_label
+    from unframe.converters.frontends._sklearn.runner import PREDICT
+
+    if not is_label(native):
+        return []
+    return [n for n, m in zip(conv.output_names, conv.methods) if m == PREDICT]
+
+
+def _tolerances(native: Any, conv: Any) -> dict[str, tuple[float, float]]:
+    """GaussianProcessClassifier's probability is a sum of erf terms with coefficients up to
+    ~3500 that cancel: float32 rounding reaches ~2e-4 there (skl2onnx's own converter too)."""
+    from unframe.converters.frontends._sklearn.inputs import final_estimator
+
+    if conv.double or type(final_estimator(native)).__name__ != "GaussianProcessClassifier":
+        return {}
+    return {n: (1e-3, 1e-3) for n, m in zip(conv.output_names, conv.methods) if m != "predict"}
+
+
+def _how_notes(native: Any) -> list[str]:
+    from unframe.converters.frontends._sklearn.export import converted_by
+
+    return [f"{cls} converted by {how}" for cls, how in converted_by(native).items()
+            if how != "skl2onnx"]
+
+
+def _max_opset() -> int:
+    try:
+        from skl2onnx import get_latest_tested_opset_version
+
+        return int(get_latest_tested_opset_version())
+    except Exception:  # skl2onnx missing: the pipeline reports the extra before exporting
+        return DEFAULT_OPSET
+
+
+def supported_estimators() -> list[tuple[str, str]]:
+    """(class name, how it converts) for every estimator type this frontend converts:
+    "skl2onnx", "unframe extension" or "onnxmltools". For docs/support.md."""
+    from skl2onnx._supported_operators import sklearn_operator_name_map
+
+    from unframe.converters.frontends._sklearn.converters import EXTENSIONS, ONNXMLTOOLS
+    from unframe.converters.frontends._sklearn.export import ensure_registered
+
+    ensure_registered()
+    ext = {n for n, _ in EXTENSIONS}
+    mlt = {n for n, _ in ONNXMLTOOLS}
+    rows = {}
+    for cls in sklearn_operator_name_map:
+        if not isinstance(cls, type):
+            continue
+        name = cls.__name__
+        rows[name] = "unframe extension" if name in ext else "onnxmltools" if name in mlt \
+            else "skl2onnx"
+    return sorted(rows.items())
