@@ -202,8 +202,9 @@ def run_case(args: tuple[int, list[int]]) -> list[dict[str, Any]]:
             if converted is None:
                 verdict, note = ("crash" if why.startswith("crash") else "refused"), why
             else:
-                check = _checker(converted) if name == "unframe" else ""
-                verdict, _ = _judge(converted, case, runtimes)
+                check = _checker(converted) if name == "unframe" and not _checker(model) else ""
+                others = [r for r in ("ort", "ref") if r not in runtimes]
+                verdict, _ = _judge(converted, case, runtimes + others)
                 note = f"checker: {check}" if check else ""
                 if check and verdict == "correct":
                     verdict = "failed"

@@ -71,16 +71,34 @@ def _imports_of(owner: Any) -> dict[str, int]:
     return {("" if k == "ai.onnx" else k): int(v) for k, v in owner.opset_imports.items()}
 
 
+def _all_values(model: ir.Model) -> list[ir.Value]:
+    from onnx_ir.traversal import RecursiveGraphIterator
+
+    values: list[ir.Value] = []
+    for graph in [model.graph, *model.functions.values()]:
+        values.extend(graph.inputs)
+        for node in RecursiveGraphIterator(graph):
+            values.extend(node.outputs)
+    return values
+
+
 def _run(model: ir.Model, targets: dict[str, int]) -> Walker:
     from onnx_ir.passes.common import ShapeInferencePass
 
     # types and ranks of intermediate values let adapters check dtypes and fix axes; shape
-    # inference serializes the graph without large initializers, so no weight is read
+    # inference serializes the graph without large initializers, so no weight is read. The inferred
+    # types are only for the adapters: the declared ones are put back afterwards.
+    declared = {id(v): (v.type, v.shape) for v in _all_values(model)}
     ShapeInferencePass(strict_mode=False)(model)
     walker = Walker(targets)
     walker.walk_graph(model.graph, _imports_of(model.graph))
     for function in model.functions.values():
         walker.walk_graph(function, _imports_of(function))
+    for value in _all_values(model):
+        if id(value) in declared:
+            value.type, value.shape = declared[id(value)]
+        elif not value.is_graph_output():
+            value.type, value.shape = None, None
     return walker
 
 

@@ -31,9 +31,9 @@ def dropout_12_11(node: ir.Node, step: Step) -> None:
         flag = step.fold(training)
         if flag is None or bool(flag.reshape(-1)[0]):
             step.refuse("training_mode is not a constant False; opset 11 has no training mode")
+    # in inference mode Dropout is the identity whatever the ratio, so a computed ratio can go
     ratio = step.fold(step.input(1)) if step.input(1) is not None else None
-    if step.input(1) is not None and ratio is None:
-        step.refuse("ratio is not a constant")
     drop_inputs_from(step, 1)
+    step.drop_attr("seed")  # only drives the random mask, which inference mode never draws
     if ratio is not None:
         step.set_attr("ratio", ir.AttrFloat32("ratio", float(ratio.reshape(-1)[0])))

@@ -43,7 +43,7 @@ def split_18_17(node: ir.Node, step: Step) -> None:
     axis = step.attr("axis", 0)
     if shape is not None and shape[axis] % n != 0:
         size = -(-shape[axis] // n)
-        sizes = [size] * (shape[axis] // size) + ([shape[axis] % size] if shape[axis] % size else [])
+        sizes = [size] * (n - 1) + [max(shape[axis] - size * (n - 1), 0)]
         step.drop_attr("num_outputs")
         node.resize_inputs(2)
         node.replace_input_with(1, step.const(sizes, "int64"))
