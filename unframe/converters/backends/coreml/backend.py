@@ -1,0 +1,232 @@
+"""The CoreML backend: ONNX (opset 21) -> ML Program (.mlpackage, or .mlmodel with weights inline).
+
+Target options (``Target.options``): ``target`` (iOS16|iOS17|iOS18|macOS13.., default iOS16),
+``precision`` (fp16, the default like coremltools, or fp32), ``static`` (freeze dynamic dims to
+``sample_shapes``), ``dims`` ([(dimname or input:axis, min, max)]), ``enumerated``
+({input: [shape, ...]}), ``image_input``/``scale``/``bias``/``color_layout``, ``class_labels``.
+
+The runner evaluates the package written under ``workdir`` with the MIL reference evaluator, so
+the parity stage checks the artifact that ships.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx_ir as ir
+
+from unframe.converters.base import Artifact, Backend, RunnerUnavailable, Target
+from unframe.converters.registry import register_backend
+from unframe.errors import Blocker, ConversionError, UnsupportedError, UsageError
+from unframe.validate.runner import Runner, TensorSpec
+
+CANONICAL_OPSET = 21
+PRECISIONS = ("fp16", "fp32")
+
+
+@register_backend
+class CoreMLBackend(Backend):
+    name = "coreml"
+    extra = "coreml"
+    requires = ("coremltools",)
+    packages = "coremltools"
+    description = "Core ML ML Program (.mlpackage), checked with the MIL reference evaluator"
+    suffixes = (".mlpackage", ".mlmodel")
+    canonical_opset = CANONICAL_OPSET
+    option_names = ("target", "precision", "static", "dims", "enumerated", "image_input", "scale",
+                    "bias", "color_layout", "class_labels", "sample_shapes")
+
+    def distributions(self) -> tuple[str, ...]:
+        return ("coremltools",)
+
+    # -- pre-flight ----------------------------------------------------------------------------
+    def check(self, model: ir.Model, target: Target) -> list[Blocker]:
+        from unframe.converters.backends.coreml.translate import check_model, ios_of
+
+        ios = ios_of(target.get("target"))
+        blockers = check_model(model, ios)
+        blockers.extend(_option_blockers(model, target))
+        return blockers
+
+    # -- conversion ----------------------------------------------------------------------------
+    def convert(self, model: ir.Model, target: Target, workdir: Path) -> Artifact:
+        self.ensure_available()
+        blockers = self.check(model, target)
+        if blockers:
+            raise UnsupportedError(f"the model can't be converted to CoreML ({len(blockers)} blockers)",
+                                   "run `unframe check --to coreml` for the list", blockers=blockers)
+        mlmodel, names, plans = _build(model, target)
+        kind = "mlpackage"
+        path = Path(workdir) / "model.mlpackage"
+        mlmodel.save(str(path))
+        meta = {"unframe.names": json.dumps(names, sort_keys=True),
+                "unframe.target": target.get("target", "iOS16"),
+                "unframe.precision": _precision(target)}
+        artifact = Artifact(kind=kind, model=mlmodel, path=path, metadata=meta)
+        artifact.metadata["unframe.io"] = json.dumps(_io_record(model, names, plans))
+        _write_metadata(artifact)
+        return artifact
+
+    def runner(self, artifact: Artifact, target: Target) -> Runner:
+        try:
+            from unframe.converters.backends.coreml.mil_eval import MILRunner
+        except ImportError as exc:  # the evaluator is part of unframe; only coremltools may be missing
+            raise RunnerUnavailable(f"the MIL evaluator is unavailable: {exc}") from exc
+        if artifact.path is None:
+            raise RunnerUnavailable("the CoreML artifact was not written to disk")
+        return CoreMLRunner(MILRunner(artifact.path), json.loads(artifact.metadata["unframe.io"]))
+
+    def tolerance(self, dtype: np.dtype, target: Target) -> tuple[float, float] | None:
+        if _precision(target) == "fp16" and np.dtype(dtype).kind == "f":
+            return (2e-2, 2e-2)  # fp16 compute: ~3 significant digits per op, accumulated
+        return None
+
+    def stamp(self, artifact: Artifact, provenance: dict[str, str]) -> None:
+        artifact.metadata.update({k: _text(v) for k, v in provenance.items()})
+        _write_metadata(artifact)
+
+    def write(self, artifact: Artifact, path: Path) -> list[Path]:
+        path = Path(path)
+        suffix = path.suffix.lower()
+        if suffix not in self.suffixes:
+            raise UsageError(f"CoreML output {path} must end in .mlpackage or .mlmodel",
+                             "use -o model.mlpackage")
+        if suffix == ".mlmodel":
+            raise UsageError(f"{path}: ML Programs keep their weights beside the program, so they "
+                             "are written as .mlpackage", "use -o model.mlpackage")
+        if artifact.path is not None and artifact.path.exists():
+            shutil.copytree(artifact.path, path)
+        else:
+            artifact.model.save(str(path))
+        return [path]
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
+
+
+def _precision(target: Target) -> str:
+    precision = str(target.get("precision", "fp16")).lower()
+    if precision not in PRECISIONS:
+        raise UsageError(f"unknown CoreML precision {precision!r}", "use fp16 or fp32")
+    return precision
+
+
+def _option_blockers(model: ir.Model, target: Target) -> list[Blocker]:
+    out = []
+    names = {v.name for v in model.graph.inputs}
+    image = target.get("image_input")
+    if image and image not in names:
+        out.append(Blocker("input", f"--image-input {image!r} is not an input of the model",
+                           hint=f"inputs: {', '.join(sorted(names))}"))
+    elif image:
+        v = next(v for v in model.graph.inputs if v.name == image)
+        if v.shape is None or len(v.shape) != 4 or v.shape[1] not in (1, 3):
+            out.append(Blocker("input", f"--image-input {image!r} must be [N, 1|3, H, W]",
+                               hint="images are NCHW with 1 or 3 channels"))
+    labels = target.get("class_labels")
+    if labels and len(model.graph.outputs) < 1:
+        out.append(Blocker("output", "--class-labels needs a model with an output"))
+    return out
+
+
+def _build(model: ir.Model, target: Target) -> tuple[Any, dict[str, str], list[Any]]:
+    import coremltools as ct
+
+    from unframe.converters.backends.coreml.translate import (
+        NameMap, build_program, ct_inputs, ct_target, ios_of, plan_inputs)
+
+    ios = ios_of(target.get("target"))
+    names = NameMap()
+    plans = plan_inputs(model, names, target.options)
+    prog = build_program(model, ios, plans, names)
+    precision = ct.precision.FLOAT16 if _precision(target) == "fp16" else ct.precision.FLOAT32
+    kwargs: dict[str, Any] = {}
+    labels = target.get("class_labels")
+    if labels:
+        kwargs["classifier_config"] = ct.ClassifierConfig(_labels(labels))
+    try:
+        mlmodel = ct.convert(prog, convert_to="mlprogram", minimum_deployment_target=ct_target(ios),
+                             compute_precision=precision, inputs=ct_inputs(plans, target.options) or None,
+                             skip_model_load=True, **kwargs)
+    except Exception as exc:
+        raise ConversionError(f"coremltools could not convert the MIL program: {type(exc).__name__}: "
+                              f"{str(exc).splitlines()[0] if str(exc) else ''}",
+                              "report it with the model; `unframe check --to coreml` lists known limits") from exc
+    return mlmodel, names.mapping, plans
+
+
+def _labels(labels: Any) -> list[Any]:
+    if isinstance(labels, (str, Path)) and Path(labels).is_file():
+        return [line.strip() for line in Path(labels).read_text().splitlines() if line.strip()]
+    if isinstance(labels, str):
+        return [s.strip() for s in labels.split(",") if s.strip()]
+    return list(labels)
+
+
+def _io_record(model: ir.Model, names: dict[str, str], plans: list[Any]) -> dict[str, Any]:
+    """How ONNX inputs/outputs map onto the package's: names and the ONNX dtypes to restore."""
+    inputs = [{"onnx": p.onnx_name, "mil": p.mil_name, "dtype": _np_name(p.dtype),
+               "shape": [d if isinstance(d, int) else None for d in p.shape]} for p in plans]
+    outputs = [{"onnx": o.name, "mil": names[o.name], "dtype": _np_name(o.dtype)}
+               for o in model.graph.outputs]
+    return {"inputs": inputs, "outputs": outputs}
+
+
+def _np_name(dt: ir.DataType | None) -> str:
+    if dt is None:
+        return "float32"
+    return np.dtype(dt.numpy()).name
+
+
+def _write_metadata(artifact: Artifact) -> None:
+    """Put the artifact's metadata into the package's user metadata and re-save it."""
+    mlmodel = artifact.model
+    for key, value in artifact.metadata.items():
+        mlmodel.user_defined_metadata[str(key)] = _text(value)
+    if artifact.path is not None:
+        if artifact.path.exists():
+            shutil.rmtree(artifact.path)
+        mlmodel.save(str(artifact.path))
+
+
+# -- the runner: ONNX names and dtypes in and out ------------------------------------------------
+
+_MIL_INPUT = {"float64": np.float32, "float32": np.float32, "float16": np.float16}
+
+
+class CoreMLRunner(Runner):
+    """The MIL evaluator on the saved package, fed and read with ONNX names and dtypes
+    (int64 inputs go in as int32, bool as int32, float64 as float32; outputs are cast back)."""
+
+    def __init__(self, inner: Runner, io: dict[str, Any]) -> None:
+        self.inner = inner
+        self.io = io
+        self.name = inner.name
+
+    def input_specs(self) -> list[TensorSpec]:
+        return [TensorSpec(i["onnx"], tuple(i["shape"]), i["dtype"]) for i in self.io["inputs"]]
+
+    def output_names(self) -> list[str]:
+        return [o["onnx"] for o in self.io["outputs"]]
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        mil_feeds = {}
+        for spec in self.io["inputs"]:
+            value = np.asarray(feeds[spec["onnx"]])
+            mil_feeds[spec["mil"]] = value.astype(_MIL_INPUT.get(value.dtype.name, np.int32))
+        outs = self.inner.run(mil_feeds)
+        return {o["onnx"]: _restore(np.asarray(outs[o["mil"]]), o["dtype"]) for o in self.io["outputs"]}
+
+
+def _restore(value: np.ndarray, dtype: str) -> np.ndarray:
+    if dtype == "bool":
+        return value != 0
+    if value.dtype.kind == "f" and np.dtype(dtype).kind in "iu":
+        return np.rint(value).astype(dtype)
+    return value.astype(dtype)

@@ -1,0 +1,104 @@
+"""Small MIL-building helpers shared by the translators."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+
+def mb() -> Any:
+    from coremltools.converters.mil import Builder
+
+    return Builder
+
+
+def np_dtype_of(var: Any) -> type:
+    """The numpy scalar type matching a MIL var's element type."""
+    from coremltools.converters.mil.mil import types
+
+    dt = var.dtype
+    if dt == types.fp16:
+        return np.float16
+    if dt == types.fp32:
+        return np.float32
+    if dt == types.bool:
+        return np.bool_
+    return np.int32
+
+
+def scalar(value: float, like: Any) -> np.ndarray:
+    """A rank-0 constant of ``like``'s element type."""
+    return np.array(value, dtype=np_dtype_of(like))
+
+
+def is_float(var: Any) -> bool:
+    from coremltools.converters.mil.mil import types
+
+    return bool(types.is_float(var.dtype))
+
+
+def is_bool(var: Any) -> bool:
+    from coremltools.converters.mil.mil import types
+
+    return var.dtype == types.bool
+
+
+def dtype_name(var: Any) -> str:
+    from coremltools.converters.mil.mil import types
+
+    return {types.fp16: "fp16", types.fp32: "fp32", types.bool: "bool"}.get(var.dtype, "int32")
+
+
+def cast(var: Any, dtype: str) -> Any:
+    if dtype_name(var) == dtype:
+        return var
+    return mb().cast(x=var, dtype=dtype)
+
+
+def norm_axis(axis: int, rank: int) -> int:
+    return axis + rank if axis < 0 else axis
+
+
+def static_dims(shape: Sequence[Any]) -> bool:
+    return all(isinstance(d, (int, np.integer)) for d in shape)
+
+
+def shape_of(var: Any) -> Any:
+    """The shape as a const when static, else a ``shape`` op."""
+    if static_dims(var.shape):
+        return np.array([int(d) for d in var.shape], dtype=np.int32)
+    return mb().shape(x=var)
+
+
+def dim(var: Any, axis: int) -> Any:
+    """One dim as an int when static, else a rank-0 int32 var."""
+    d = var.shape[axis]
+    if isinstance(d, (int, np.integer)):
+        return int(d)
+    return mb().gather(x=mb().shape(x=var), indices=np.int32(axis), axis=0)
+
+
+def broadcast_to_rank(vec: Any, rank: int, axis: int) -> Any:
+    """Reshape a 1-D per-channel tensor so it broadcasts along ``axis`` of a rank-``rank`` tensor."""
+    shape = [1] * rank
+    shape[axis] = -1
+    if isinstance(vec, np.ndarray):
+        return vec.reshape(shape)
+    return mb().reshape(x=vec, shape=np.array(shape, dtype=np.int32))
+
+
+def round_half_even(x: Any) -> Any:
+    """numpy/ONNX rounding (ties to even), built from floor so it does not depend on how a
+    runtime rounds ties."""
+    m = mb()
+    half = scalar(0.5, x)
+    f = m.floor(x=m.add(x=x, y=half))
+    tie = m.equal(x=m.sub(x=f, y=x), y=half)
+    odd = m.not_equal(x=m.mod(x=f, y=scalar(2.0, x)), y=scalar(0.0, x))
+    return m.select(cond=m.logical_and(x=tie, y=odd), a=m.sub(x=f, y=scalar(1.0, x)), b=f)
+
+
+def ints(value: Any) -> list[int]:
+    return [int(v) for v in np.asarray(value).reshape(-1)]

@@ -1,0 +1,443 @@
+"""ONNX (onnx-ir, canonical opset 21) -> MIL program, then ``ct.convert`` to an ML Program.
+
+The walk is plain: graph inputs become MIL placeholders, initializers and ``Constant`` nodes
+become ``const`` ops, and each node, in topological order, is handed to its registered
+translator, which returns the MIL vars of the node's outputs. Control-flow translators walk
+their subgraphs with the same machinery (:meth:`GraphTranslator.run_subgraph`).
+
+MIL has no 64-bit types: int64 becomes int32 and float64 becomes float32 (the backend's
+pre-flight check and the parity stage make that visible). Names are sanitized for MIL and the
+mapping is recorded in the package's metadata.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import onnx_ir as ir
+
+from unframe.converters.backends.coreml.ops import TRANSLATORS
+from unframe.errors import Blocker, ConversionError, UsageError
+
+if TYPE_CHECKING:
+    from coremltools.converters.mil.mil import Program, Var
+
+CANONICAL_OPSET = 21
+
+# deployment target name -> the iOS generation of its MIL opset
+TARGETS: dict[str, int] = {
+    "iOS15": 15, "iOS16": 16, "iOS17": 17, "iOS18": 18,
+    "macOS12": 15, "macOS13": 16, "macOS14": 17, "macOS15": 18,
+    "tvOS15": 15, "tvOS16": 16, "tvOS17": 17, "tvOS18": 18,
+    "watchOS8": 15, "watchOS9": 16, "watchOS10": 17, "watchOS11": 18,
+}
+DEFAULT_TARGET = "iOS16"
+MIN_IOS = 16  # the oldest MIL opset this backend writes (iOS16: fp16 I/O, most ops' current form)
+DEFAULT_RANGE = (1, 4096)
+
+_D = ir.DataType
+# ONNX element types MIL can hold, and what they become.
+MIL_DTYPES: dict[ir.DataType, str] = {
+    _D.FLOAT: "fp32", _D.FLOAT16: "fp16", _D.DOUBLE: "fp32",
+    _D.INT64: "int32", _D.INT32: "int32", _D.INT16: "int32", _D.INT8: "int32",
+    _D.UINT8: "int32", _D.UINT16: "int32", _D.UINT32: "int32", _D.BOOL: "bool",
+}
+
+
+def ios_of(target_name: str | None) -> int:
+    name = target_name or DEFAULT_TARGET
+    if name not in TARGETS:
+        raise UsageError(f"unknown CoreML target {name!r}",
+                         f"use one of {', '.join(sorted(TARGETS))}")
+    return TARGETS[name]
+
+
+def ct_target(ios: int) -> Any:
+    import coremltools as ct
+
+    return {15: ct.target.iOS15, 16: ct.target.iOS16, 17: ct.target.iOS17,
+            18: ct.target.iOS18}[ios]
+
+
+def mil_type(dtype: ir.DataType | None) -> Any:
+    """The MIL builtin type for an ONNX element type (float32 when unknown)."""
+    from coremltools.converters.mil.mil import types
+
+    name = MIL_DTYPES.get(dtype, "fp32") if dtype is not None else "fp32"
+    return {"fp32": types.fp32, "fp16": types.fp16, "int32": types.int32,
+            "bool": types.bool}[name]
+
+
+def np_const(value: np.ndarray) -> np.ndarray:
+    """A constant as MIL can hold it: 64-bit ints to int32 (saturating), float64 to float32."""
+    arr = np.asarray(value)
+    if arr.dtype.kind in "iu" and arr.dtype != np.int32:
+        info = np.iinfo(np.int32)
+        return np.clip(arr.astype(np.int64), info.min, info.max).astype(np.int32)
+    if arr.dtype == np.float64:
+        return arr.astype(np.float32)
+    return arr
+
+
+_NAME_OK = re.compile(r"[^A-Za-z0-9_]")
+
+
+def sanitize(name: str) -> str:
+    out = _NAME_OK.sub("_", name) or "_"
+    return "_" + out if out[0].isdigit() else out
+
+
+class NameMap:
+    """ONNX names -> unique MIL-safe names (inputs and outputs keep theirs when they can)."""
+
+    def __init__(self) -> None:
+        self.mapping: dict[str, str] = {}
+        self._used: set[str] = set()
+
+    def add(self, onnx_name: str) -> str:
+        if onnx_name in self.mapping:
+            return self.mapping[onnx_name]
+        base = sanitize(onnx_name)
+        name, i = base, 1
+        while name in self._used:
+            name, i = f"{base}_{i}", i + 1
+        self._used.add(name)
+        self.mapping[onnx_name] = name
+        return name
+
+    def renamed(self) -> dict[str, str]:
+        return {k: v for k, v in self.mapping.items() if k != v}
+
+
+# -- the per-node context ------------------------------------------------------------------------
+
+@dataclass
+class TranslateContext:
+    """What a translator gets: the node, its inputs as MIL vars (None for an omitted optional
+    input), the target iOS generation and the graph translator (for subgraphs)."""
+
+    node: ir.Node
+    inputs: list[Var | None]
+    ios: int
+    graph: GraphTranslator
+    env: dict[str, Any] = field(default_factory=dict)  # every value visible here (for subgraphs)
+
+    # -- attributes ----------------------------------------------------------------------------
+    def attr(self, name: str, default: Any = None) -> Any:
+        a = self.node.attributes.get(name)
+        if a is None:
+            return default
+        v = a.value
+        if a.type == ir.AttributeType.STRING:
+            return v.decode() if isinstance(v, bytes) else v
+        if a.type == ir.AttributeType.STRINGS:
+            return [s.decode() if isinstance(s, bytes) else s for s in v]
+        if a.type == ir.AttributeType.TENSOR:
+            return v.numpy()
+        if a.type in (ir.AttributeType.INTS, ir.AttributeType.FLOATS):
+            return list(v)
+        return v
+
+    # -- inputs --------------------------------------------------------------------------------
+    def has(self, i: int) -> bool:
+        return i < len(self.inputs) and self.inputs[i] is not None
+
+    def x(self, i: int = 0) -> Var:
+        if not self.has(i):
+            raise ConversionError(f"node {self.node.name!r} [{self.node.op_type}]: input {i} is missing")
+        return self.inputs[i]  # type: ignore[return-value]
+
+    def const(self, i: int) -> np.ndarray | None:
+        """The input's value when it is known at conversion time (constants, folded shapes)."""
+        if not self.has(i):
+            return None
+        val = self.inputs[i].val  # type: ignore[union-attr]
+        return None if val is None else np.asarray(val)
+
+    def need_const(self, i: int, what: str) -> np.ndarray:
+        val = self.const(i)
+        if val is None:
+            raise ConversionError(
+                f"node {self.node.name!r} [{self.node.op_type}]: {what} (input {i}) must be known "
+                "at conversion time", "fold it to a constant (e.g. export with static shapes)")
+        return val
+
+    def ints(self, i: int) -> list[int] | None:
+        val = self.const(i)
+        return None if val is None else [int(v) for v in np.asarray(val).reshape(-1)]
+
+    def rank(self, i: int = 0) -> int:
+        shape = self.x(i).shape
+        if shape is None:
+            raise ConversionError(f"node {self.node.name!r} [{self.node.op_type}]: input {i} has an unknown rank")
+        return len(shape)
+
+    def shape(self, i: int = 0) -> tuple[Any, ...]:
+        return tuple(self.x(i).shape)
+
+    def onnx_in_type(self, i: int) -> ir.DataType | None:
+        v = self.node.inputs[i] if i < len(self.node.inputs) else None
+        return v.dtype if v is not None else None
+
+    def onnx_out_type(self, i: int = 0) -> ir.DataType | None:
+        return self.node.outputs[i].dtype
+
+    def is_float(self, i: int = 0) -> bool:
+        from coremltools.converters.mil.mil import types
+
+        return types.is_float(self.x(i).dtype)
+
+    def out_name(self, i: int = 0) -> str:
+        return self.graph.names.add(self.node.outputs[i].name)
+
+    def err(self, what: str, hint: str = "") -> ConversionError:
+        return ConversionError(f"node {self.node.name!r} [{self.node.op_type}]: {what}", hint)
+
+
+# -- the graph walk ------------------------------------------------------------------------------
+
+@dataclass
+class GraphTranslator:
+    ios: int
+    names: NameMap = field(default_factory=NameMap)
+
+    def run_graph(self, graph: ir.Graph, env: dict[str, Var]) -> None:
+        from coremltools.converters.mil import Builder as mb
+
+        for name, value in graph.initializers.items():
+            if name not in env and value.const_value is not None:
+                env[name] = mb.const(val=np_const(value.const_value.numpy()))
+        for node in _topological(graph):
+            self.run_node(node, env)
+
+    def run_node(self, node: ir.Node, env: dict[str, Var]) -> None:
+        spec = TRANSLATORS.get(node.op_type, None) if node.domain in ("", "ai.onnx") else None
+        if spec is None:
+            raise ConversionError(f"node {node.name!r} [{node.domain}::{node.op_type}]: no CoreML translator",
+                                  "run `unframe check` to list every unsupported op")
+        inputs = [env[v.name] if v is not None and v.name else None for v in node.inputs]
+        ctx = TranslateContext(node, inputs, self.ios, self, env)
+        try:
+            result = spec.fn(ctx)
+        except ConversionError:
+            raise
+        except Exception as exc:
+            raise ConversionError(f"node {node.name!r} [{node.op_type}]: {type(exc).__name__}: {exc}",
+                                  "report it with the model, or pick another target") from exc
+        outs = list(result) if isinstance(result, (list, tuple)) else [result]
+        for value, var in zip(node.outputs, outs):
+            if value.name and var is not None:
+                env[value.name] = var
+
+    def run_subgraph(self, graph: ir.Graph, outer: dict[str, Var], bound: Sequence[Var]) -> list[Var]:
+        """Translate a subgraph (If branch, Loop body) inside the current MIL block: its formal
+        inputs are bound to ``bound``; outer-scope names are visible. Returns its output vars."""
+        env = dict(outer)
+        for formal, actual in zip(graph.inputs, bound):
+            env[formal.name] = actual
+        self.run_graph(graph, env)
+        return [env[o.name] for o in graph.outputs]
+
+
+def _topological(graph: ir.Graph) -> Iterable[ir.Node]:
+    try:
+        graph.sort()
+    except Exception:  # already sorted, or a cycle the checker reports elsewhere
+        pass
+    return list(graph)
+
+
+# -- building the whole program ------------------------------------------------------------------
+
+@dataclass
+class InputPlan:
+    """How one graph input enters the MIL program."""
+
+    onnx_name: str
+    mil_name: str
+    shape: list[int | str]  # ints, or dim names for flexible dims
+    dtype: ir.DataType
+    bounds: dict[int, tuple[int, int]] = field(default_factory=dict)  # axis -> (min, max)
+    enumerated: list[tuple[int, ...]] = field(default_factory=list)
+
+
+def plan_inputs(model: ir.Model, names: NameMap, options: dict[str, Any]) -> list[InputPlan]:
+    inits = model.graph.initializers
+    static = bool(options.get("static"))
+    samples: dict[str, Sequence[int]] = options.get("sample_shapes") or {}
+    dims = _parse_dims(options.get("dims") or [])
+    enumerated: dict[str, list[tuple[int, ...]]] = options.get("enumerated") or {}
+    plans = []
+    for v in model.graph.inputs:
+        if v.name in inits:
+            continue
+        if v.shape is None:
+            raise ConversionError(f"input {v.name!r} has no rank",
+                                  "give it a shape (--inputs name:shape:dtype)")
+        sample = samples.get(v.name)
+        shape: list[int | str] = []
+        bounds: dict[int, tuple[int, int]] = {}
+        for axis, d in enumerate(v.shape):
+            if isinstance(d, int):
+                shape.append(d)
+                continue
+            dim_name = str(d.value) if getattr(d, "value", None) else f"{v.name}:{axis}"
+            if static:
+                if sample is None:
+                    raise UsageError(f"--static needs a sample shape for input {v.name!r}",
+                                     "pass sample inputs or --inputs with a fixed shape")
+                shape.append(int(sample[axis]))
+                continue
+            shape.append(dim_name)
+            bounds[axis] = dims.get(dim_name) or dims.get(f"{v.name}:{axis}") or DEFAULT_RANGE
+        plans.append(InputPlan(v.name, names.add(v.name), shape, v.dtype or ir.DataType.FLOAT,
+                               bounds, [tuple(s) for s in enumerated.get(v.name, [])]))
+    return plans
+
+
+def _parse_dims(dims: Iterable[Any]) -> dict[str, tuple[int, int]]:
+    out: dict[str, tuple[int, int]] = {}
+    for entry in dims:
+        name, lo, hi = entry
+        lo_i, hi_i = int(lo), int(hi)
+        if lo_i < 1 or (hi_i != -1 and hi_i < lo_i):
+            raise UsageError(f"bad --dim bounds for {name!r}: {lo}..{hi}",
+                             "use --dim name:min:max with 1 <= min <= max (max -1: unbounded)")
+        out[str(name)] = (lo_i, hi_i)
+    return out
+
+
+def build_program(model: ir.Model, ios: int, plans: list[InputPlan], names: NameMap) -> Program:
+    """The MIL program of the model's main graph."""
+    from coremltools.converters.mil import Builder as mb
+    from coremltools.converters.mil.mil import Function, Placeholder, Program, get_new_symbol
+
+    symbols: dict[str, Any] = {}
+    placeholders = {}
+    for p in plans:
+        shape = [d if isinstance(d, int) else symbols.setdefault(d, get_new_symbol()) for d in p.shape]
+        # ML programs take fp16/fp32/int32 inputs: bool comes in as int32 and is cast inside.
+        dtype = mil_type(ir.DataType.INT32 if p.dtype == ir.DataType.BOOL else p.dtype)
+        placeholders[p.mil_name] = Placeholder(shape, dtype=dtype)
+    prog = Program()
+    translator = GraphTranslator(ios, names)
+    with Function(placeholders, opset_version=ct_target(ios)) as func:
+        env: dict[str, Var] = {}
+        for p in plans:
+            var = func.inputs[p.mil_name]
+            env[p.onnx_name] = mb.cast(x=var, dtype="bool") if p.dtype == ir.DataType.BOOL else var
+        translator.run_graph(model.graph, env)
+        func.set_outputs([_named_output(env, o, names) for o in model.graph.outputs])
+    prog.add_function("main", func)
+    return prog
+
+
+def _named_output(env: dict[str, Var], value: ir.Value, names: NameMap) -> Var:
+    from coremltools.converters.mil import Builder as mb
+
+    var = env[value.name]
+    mil_name = names.add(value.name)
+    if var.name == mil_name and var.op is not None and var.op.op_type != "const":
+        return var
+    return mb.identity(x=var, name=mil_name)
+
+
+def ct_inputs(plans: list[InputPlan], options: dict[str, Any]) -> list[Any]:
+    """coremltools input types: flexible dims as RangeDim (or enumerated shapes), images."""
+    import coremltools as ct
+
+    image = options.get("image_input")
+    out = []
+    for p in plans:
+        shape = _ct_shape(p)
+        if image and p.onnx_name == image:
+            out.append(ct.ImageType(name=p.mil_name, shape=shape,
+                                    scale=float(options.get("scale") or 1.0),
+                                    bias=_bias(options.get("bias")),
+                                    color_layout=_color_layout(options.get("color_layout"))))
+        elif p.bounds or p.enumerated:
+            out.append(ct.TensorType(name=p.mil_name, shape=shape))
+    return out
+
+
+def _ct_shape(p: InputPlan) -> Any:
+    import coremltools as ct
+
+    if p.enumerated:
+        return ct.EnumeratedShapes(shapes=[list(s) for s in p.enumerated])
+    dims: list[Any] = []
+    for axis, d in enumerate(p.shape):
+        if isinstance(d, int):
+            dims.append(d)
+        else:
+            lo, hi = p.bounds.get(axis, DEFAULT_RANGE)
+            dims.append(ct.RangeDim(lower_bound=lo, upper_bound=hi, default=lo))
+    return ct.Shape(dims)
+
+
+def _bias(bias: Any) -> Any:
+    if bias is None:
+        return 0.0
+    if isinstance(bias, (list, tuple)):
+        return [float(b) for b in bias]
+    return float(bias)
+
+
+def _color_layout(layout: Any) -> Any:
+    import coremltools as ct
+
+    table = {None: ct.colorlayout.RGB, "RGB": ct.colorlayout.RGB, "BGR": ct.colorlayout.BGR,
+             "G": ct.colorlayout.GRAYSCALE, "GRAYSCALE": ct.colorlayout.GRAYSCALE}
+    key = layout.upper() if isinstance(layout, str) else layout
+    if key not in table:
+        raise UsageError(f"unknown --color-layout {layout!r}", "use RGB, BGR or GRAYSCALE")
+    return table[key]
+
+
+# -- pre-flight ----------------------------------------------------------------------------------
+
+def check_model(model: ir.Model, ios: int) -> list[Blocker]:
+    """Every reason the model can't become a CoreML program for ``ios``, without building it."""
+    from unframe.converters.backends.coreml.ops import ALTERNATIVES
+
+    blockers: list[Blocker] = []
+    for v in model.graph.inputs:
+        if v.name not in model.graph.initializers and v.shape is None:
+            blockers.append(Blocker("input", f"input {v.name!r} has a dynamic rank, which CoreML "
+                                    "can't take", hint="give the input a fixed rank"))
+    for v in [*model.graph.inputs, *model.graph.outputs]:
+        if v.dtype is not None and v.dtype not in MIL_DTYPES:
+            blockers.append(Blocker("io", f"{v.name!r} has element type {v.dtype.name}, which "
+                                    "CoreML can't hold", hint="cast it to float32 or int32"))
+    for node in ir.traversal.RecursiveGraphIterator(model.graph):
+        blockers.extend(_node_blockers(node, ios, ALTERNATIVES))
+    return blockers
+
+
+def _node_blockers(node: ir.Node, ios: int, alternatives: dict[str, str]) -> list[Blocker]:
+    if node.domain not in ("", "ai.onnx"):
+        return [Blocker(node.op_type, "custom-domain op with no CoreML translator", node.name,
+                        node.domain, "inline or decompose it into standard ONNX ops")]
+    spec = TRANSLATORS.get(node.op_type, None)
+    if spec is None:
+        alt = alternatives.get(node.op_type, "")
+        return [Blocker(node.op_type, "no CoreML translator for this op", node.name,
+                        hint=f"nearest supported alternative: {alt}" if alt else "")]
+    out: list[Blocker] = []
+    if spec.min_ios > ios:
+        out.append(Blocker(node.op_type, f"needs a target of iOS{spec.min_ios}/macOS"
+                           f"{spec.min_ios - 3} or newer", node.name,
+                           hint=f"pass --target iOS{spec.min_ios}"))
+    if spec.check is not None:
+        out.extend(Blocker(node.op_type, reason, node.name) for reason in spec.check(node))
+    for v in [*node.inputs, *node.outputs]:
+        if v is not None and v.dtype is not None and v.dtype not in MIL_DTYPES:
+            out.append(Blocker(node.op_type, f"tensor {v.name!r} has element type {v.dtype.name}, "
+                               "which CoreML can't hold", node.name,
+                               hint="cast to float32/int32 before this op"))
+            break
+    return out
