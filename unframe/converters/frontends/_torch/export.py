@@ -53,6 +53,34 @@ def quiet() -> Iterator[None]:
             lg.setLevel(level)
 
 
+_TORCHLIB_OPS: dict[str, Any] = {}
+
+
+@contextlib.contextmanager
+def cached_torchlib() -> Iterator[None]:
+    """torch.onnx rebuilds onnxscript's torchlib table on every export (about 5 s here, parsing
+    the source of ~500 functions); the table is the same each time, so build it once per
+    process. Swapped in only for the duration of our own export call."""
+    try:
+        from torch.onnx._internal.exporter import _registration
+    except ImportError:  # a torch without this layout: nothing to cache
+        yield
+        return
+    apis = _registration.onnxscript_apis
+    original = apis.get_torchlib_ops
+
+    def cached() -> Any:
+        if "ops" not in _TORCHLIB_OPS:
+            _TORCHLIB_OPS["ops"] = original()
+        return _TORCHLIB_OPS["ops"]
+
+    apis.get_torchlib_ops = cached
+    try:
+        yield
+    finally:
+        apis.get_torchlib_ops = original
+
+
 def export_dynamo(model: Any, inputs: ModelInputs | None, outputs: list[str] | None,
                   opset: int) -> ir.Model:
     import torch
@@ -66,7 +94,7 @@ def export_dynamo(model: Any, inputs: ModelInputs | None, outputs: list[str] | N
         args, call_kwargs = export_example(inputs)
         kwargs.update(kwargs=call_kwargs, input_names=inputs.names,
                       dynamic_shapes=dynamic_shapes(inputs, model) if inputs.dynamic else None)
-    with quiet():
+    with quiet(), cached_torchlib():
         program = torch.onnx.export(model, args, **kwargs)
     return program.model
 

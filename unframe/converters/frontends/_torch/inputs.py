@@ -105,6 +105,9 @@ def from_samples(model: Any, samples: Any, what: str) -> tuple[tuple[Any, ...], 
     argument of a forward that takes one)."""
     samples = to_torch(samples)
     params = param_names(model) or []
+    if isinstance(samples, (list, tuple)) and len(samples) == 1 and isinstance(samples[0], Mapping) \
+            and samples[0] and all(k in params for k in samples[0]):
+        samples = samples[0]  # a list of feed dicts (an .npz): the first one, by input name
     if isinstance(samples, Mapping):
         if samples and all(k in params for k in samples):
             return bind(model, (), dict(samples), what)
