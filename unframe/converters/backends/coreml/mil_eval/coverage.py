@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from unframe.converters.backends.coreml.mil_eval._ct import import_coremltools
 from unframe.converters.backends.coreml.mil_eval.registry import KERNELS
 
 _TARGETS = ("iOS15", "iOS16", "iOS17", "iOS18")
@@ -9,6 +10,7 @@ _TARGETS = ("iOS15", "iOS16", "iOS17", "iOS18")
 
 def core_mil_ops() -> list[str]:
     """Every public core MIL op coremltools defines for an ML Program target (iOS15..iOS18)."""
+    import_coremltools()
     import coremltools.converters.mil.mil.ops.defs  # noqa: F401  (registers the ops)
     from coremltools.converters.mil.mil.ops.registry import SSAOpRegistry
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from unframe.converters.backends.coreml.mil_eval._ct import mil_types
 from unframe.converters.backends.coreml.mil_eval.registry import KERNELS
 from unframe.errors import Blocker, InputError, UnsupportedError
 
@@ -107,7 +108,7 @@ class _Evaluator:
 
 def numpy_dtype(builtin: Any) -> Any:
     """The numpy type of a MIL builtin type (tensor types give their element type)."""
-    from coremltools.converters.mil.mil import types
+    types = mil_types()
 
     if types.is_tensor(builtin):
         builtin = builtin.get_primitive()
@@ -118,7 +119,7 @@ def numpy_dtype(builtin: Any) -> Any:
 
 def to_numpy(value: Any, builtin: Any) -> Any:
     """A constant's value as numpy, strings kept as python str."""
-    from coremltools.converters.mil.mil import types
+    types = mil_types()
 
     if isinstance(value, str) or builtin is types.str:
         return str(value)
@@ -129,7 +130,7 @@ def to_numpy(value: Any, builtin: Any) -> Any:
 
 def _conform(value: Any, var: Any, op: Any) -> Any:
     """Cast a kernel result to the var's declared dtype; check its shape when the shape is static."""
-    from coremltools.converters.mil.mil import types
+    types = mil_types()
 
     if isinstance(value, (str, list)) or types.is_list(var.sym_type):
         return value

@@ -12,8 +12,9 @@ from typing import Any
 
 import numpy as np
 
+from unframe.converters.backends.coreml.mil_eval._ct import import_coremltools
 from unframe.converters.backends.coreml.mil_eval.evaluator import evaluate, numpy_dtype
-from unframe.errors import InputError, MissingExtraError
+from unframe.errors import InputError
 from unframe.validate.runner import Runner, TensorSpec
 
 
@@ -50,11 +51,7 @@ def _describe(source: Any) -> str:
 
 
 def _coremltools() -> Any:
-    try:
-        import coremltools as ct
-    except ImportError as exc:
-        raise MissingExtraError("the MIL evaluator", "coreml", "coremltools") from exc
-    return ct
+    return import_coremltools()
 
 
 class MILRunner(Runner):

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from unframe.converters.backends.coreml.mil_eval._ct import mil_types
 from unframe.converters.backends.coreml.mil_eval.registry import kernel
 
 MAX_ITERATIONS = 10_000_000  # a guard against a program whose loop never ends
@@ -67,8 +68,7 @@ class TensorList:
 @kernel("make_list")
 def make_list(ctx: Any, elem_shape: Any, init_length: Any = 1, dynamic_length: Any = True,
               dtype: str = "fp32") -> TensorList:
-    from coremltools.converters.mil.mil import types
-
+    types = mil_types()
     elem_type = ctx.op.outputs[0].elem_type
     np_dtype = types.nptype_from_builtin(elem_type.get_primitive())
     shape = tuple(int(s) for s in np.atleast_1d(elem_shape)) if not isinstance(elem_shape, list) else \

@@ -1,0 +1,132 @@
+"""End to end on programs we did not write: small torch models converted by coremltools' OWN torch
+frontend, saved as .mlpackage, loaded back by MILRunner and compared with torch eager."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from mil_eval_helpers import ct
+
+from unframe.converters.backends.coreml.mil_eval import MILRunner
+
+torch = pytest.importorskip("torch", reason="needs torch")
+
+
+class SmallCNN(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.bn = torch.nn.BatchNorm2d(8)
+        self.conv2 = torch.nn.Conv2d(8, 8, 3, stride=2, padding=1, groups=2)
+        self.fc = torch.nn.Linear(8 * 4 * 4, 5)
+
+    def forward(self, x: Any) -> Any:
+        y = torch.relu(self.bn(self.conv1(x)))
+        y = torch.nn.functional.max_pool2d(y, 2)
+        y = torch.nn.functional.avg_pool2d(torch.relu(self.conv2(y)), 1)
+        y = torch.nn.functional.adaptive_avg_pool2d(y, 4)
+        return torch.softmax(self.fc(y.flatten(1)), dim=-1)
+
+
+class Recurrent(torch.nn.Module):
+    def __init__(self, cell: str) -> None:
+        super().__init__()
+        kind = {"lstm": torch.nn.LSTM, "gru": torch.nn.GRU}[cell]
+        self.rnn = kind(6, 8, batch_first=True)
+        self.head = torch.nn.Linear(8, 3)
+
+    def forward(self, x: Any) -> Any:
+        out, _ = self.rnn(x)
+        return self.head(out[:, -1])
+
+
+class Encoder(torch.nn.Module):
+    """A pre-built-free transformer encoder layer: multi-head self-attention + GELU FFN, post-norm.
+
+    (coremltools 9's torch frontend cannot convert torch 2.13's traced nn.MultiheadAttention.)
+    """
+
+    def __init__(self, shape: tuple[int, int, int] = (2, 7, 16), heads: int = 4) -> None:
+        super().__init__()
+        dim = shape[-1]
+        self.shape = shape
+        self.heads = heads
+        self.qkv = torch.nn.Linear(dim, 3 * dim)
+        self.proj = torch.nn.Linear(dim, dim)
+        self.norm1 = torch.nn.LayerNorm(dim)
+        self.norm2 = torch.nn.LayerNorm(dim)
+        self.ffn = torch.nn.Sequential(torch.nn.Linear(dim, 2 * dim), torch.nn.GELU(), torch.nn.Linear(2 * dim, dim))
+
+    def forward(self, x: Any) -> Any:
+        b, s, d = self.shape  # python ints: coremltools 9 mis-converts traced int(shape) on torch 2.13
+        q, k, v = self.qkv(x).reshape(b, s, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        scores = torch.softmax(q @ k.transpose(-1, -2) / (d // self.heads) ** 0.5, dim=-1)
+        attended = (scores @ v).transpose(1, 2).reshape(b, s, d)
+        y = self.norm1(x + self.proj(attended))
+        return self.norm2(y + self.ffn(y))
+
+
+MODELS = {
+    "cnn": (SmallCNN, (2, 3, 16, 16)),
+    "lstm": (lambda: Recurrent("lstm"), (2, 5, 6)),
+    "gru": (lambda: Recurrent("gru"), (2, 5, 6)),
+    "transformer": (Encoder, (2, 7, 16)),
+}
+TOLERANCE = {"fp32": 1e-4, "fp16": 3e-2}
+
+
+def _convert(model: Any, x: Any, precision: str, folder: Path) -> Path:
+    mlmodel = ct.convert(
+        torch.jit.trace(model, x), inputs=[ct.TensorType(name="x", shape=tuple(x.shape))],
+        convert_to="mlprogram",
+        compute_precision=ct.precision.FLOAT32 if precision == "fp32" else ct.precision.FLOAT16,
+    )
+    path = folder / f"model_{precision}.mlpackage"
+    mlmodel.save(str(path))
+    return path
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+@pytest.mark.parametrize("name", list(MODELS))
+def test_coremltools_torch_conversion_matches_torch(name: str, precision: str, tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    factory, shape = MODELS[name]
+    model = factory().eval()
+    if name == "cnn":
+        with torch.no_grad():  # non-trivial batch-norm statistics
+            model.bn.running_mean.uniform_(-0.5, 0.5)
+            model.bn.running_var.uniform_(0.5, 2.0)
+    x = torch.randn(*shape)
+    with torch.no_grad():
+        expected = model(x).numpy()
+    runner = MILRunner(_convert(model, x, precision, tmp_path))
+    (got,) = runner.run({"x": x.numpy()}).values()
+    assert got.shape == expected.shape
+    np.testing.assert_allclose(got.astype(np.float32), expected, atol=TOLERANCE[precision], rtol=TOLERANCE[precision])
+    if precision == "fp16":
+        assert "cast" in runner.ops_evaluated  # the program really computed in fp16
+
+
+def test_runner_describes_the_package(tmp_path: Path) -> None:
+    torch.manual_seed(1)
+    model = Recurrent("lstm").eval()
+    x = torch.randn(2, 5, 6)
+    runner = MILRunner(_convert(model, x, "fp32", tmp_path))
+    assert runner.name.startswith("MIL evaluator (coremltools ")
+    (spec,) = runner.input_specs()
+    assert (spec.name, spec.shape, spec.dtype) == ("x", (2, 5, 6), "float32")
+    assert list(runner.run({"x": x.numpy()})) == runner.output_names()
+
+
+def test_runner_accepts_an_in_memory_mlmodel(tmp_path: Path) -> None:
+    torch.manual_seed(2)
+    model = SmallCNN().eval()
+    x = torch.randn(1, 3, 16, 16)
+    mlmodel = ct.convert(torch.jit.trace(model, x), inputs=[ct.TensorType(name="x", shape=tuple(x.shape))],
+                         convert_to="mlprogram", compute_precision=ct.precision.FLOAT32)
+    (got,) = MILRunner(mlmodel).run({"x": x.numpy()}).values()
+    with torch.no_grad():
+        np.testing.assert_allclose(got, model(x).numpy(), atol=1e-4)
