@@ -33,7 +33,9 @@ class SklearnFrontend(Frontend):
                    "--trust), XGBoost and LightGBM scikit-learn wrappers")
     suffixes = (".skops", ".pkl", ".joblib")
     object_types = ("sklearn.base.BaseEstimator",)
-    option_names = ("zipmap", "precision")
+    # "float_precision" is the CLI's --float-precision; "precision" is accepted too, but only
+    # its auto/float/double values (fp16/fp32/bf16 belong to the coreml/tensorrt backends).
+    option_names = ("zipmap", "precision", "float_precision")
 
     def distributions(self) -> tuple[str, ...]:
         return ("scikit-learn", "skl2onnx", "skops", "onnxmltools", "xgboost", "lightgbm")
@@ -69,7 +71,7 @@ class SklearnFrontend(Frontend):
         plan = inputs.plan_inputs(native, spec.samples, static=spec.static, name=name,
                                   source=source)
         opset = self.closest_opset(opts.opset) if opts.opset else self.default_opset()
-        conv = ex.choose_route(native, plan, str(opts.get("precision", "auto")), opset=opset,
+        conv = ex.choose_route(native, plan, _precision(opts), opset=opset,
                                zipmap=bool(opts.get("zipmap", False)), source=source)
         feeds = (inputs.sample_feeds(plan, conv.double) if plan.samples is not None
                  else inputs.generated_feeds(plan, conv.double))
@@ -95,6 +97,15 @@ class SklearnFrontend(Frontend):
 
         names = [type(e).__name__ for e in walk(native)]
         return names[0] if len(names) == 1 else f"{names[0]}({', '.join(names[1:])})"
+
+
+def _precision(opts: ConvertOptions) -> str:
+    from unframe.converters.frontends._sklearn.export import PRECISIONS
+
+    value = opts.get("float_precision")
+    if value is None and opts.get("precision") in PRECISIONS:
+        value = opts.get("precision")
+    return str(value or "auto")
 
 
 def _source_name(native: Any) -> str:

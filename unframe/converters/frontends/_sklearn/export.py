@@ -28,6 +28,7 @@ from unframe.validate import tolerances
 from unframe.validate.compare import compare_arrays
 
 PRECISIONS = ("auto", "float", "double")
+ML_OPSET = 3
 MIN_OPSET = 13  # Unsqueeze/ReduceSum with axes as inputs, used by unframe's converters
 
 
@@ -74,7 +75,8 @@ def run_skl2onnx(model: Any, plan: InputPlan, *, double: bool, opset: int, zipma
 
     try:
         proto = convert_sklearn(model, initial_types=plan.initial_types(double),
-                                target_opset=opset,
+                                # onnxmltools would pick ai.onnx.ml 5, which skl2onnx refuses
+                                target_opset={"": opset, "ai.onnx.ml": ML_OPSET},
                                 options=final_classifier_options(model, zipmap) or None)
     except (MissingConverter, MissingShapeCalculator) as exc:
         raise no_converter_error(model, str(exc), source) from None
@@ -111,6 +113,23 @@ def no_converter_error(model: Any, message: str, source: str) -> UnsupportedErro
                 for n in names]
     return UnsupportedError(f"{source}: no ONNX converter for {', '.join(names)}", hint,
                             blockers=blockers)
+
+
+def preflight(model: Any, source: str) -> None:
+    """Refuse what unframe's converters can't express, naming every estimator, before skl2onnx
+    runs (skl2onnx would wrap the reason in a generic error)."""
+    from unframe.converters.frontends._sklearn.converters.hist_gradient_boosting import (
+        check_supported)
+
+    blockers = []
+    for est in walk(model):
+        if type(est).__name__.startswith("HistGradientBoosting"):
+            try:
+                check_supported(est)
+            except NotImplementedError as exc:
+                blockers.append(Blocker(op=type(est).__name__, reason=str(exc)))
+    if blockers:
+        raise UnsupportedError(f"{source}: {blockers[0].reason}", blockers=blockers)
 
 
 def convert_route(model: Any, plan: InputPlan, *, double: bool, opset: int, zipmap: bool,
@@ -161,6 +180,7 @@ def choose_route(model: Any, plan: InputPlan, precision: str, *, opset: int, zip
     if precision not in PRECISIONS:
         raise UsageError(f"unknown sklearn precision {precision!r}",
                          f"use one of {', '.join(PRECISIONS)}")
+    preflight(model, source)
     if precision == "double":
         return _double_or_raise(model, plan, opset, zipmap, source)
     conv = convert_route(model, plan, double=False, opset=opset, zipmap=zipmap, source=source)

@@ -93,7 +93,7 @@ def plan_inputs(model: Any, samples: Any, *, static: bool = False, name: str | N
     if samples is not None:
         plan = _plan_from_samples(model, samples, source)
         if static:
-            plan.batch = int(len(samples))
+            plan.batch = int(len(plan.samples))
     else:
         plan = _plan_from_model(model, source)
     if plan.layout == "matrix" and name:
@@ -101,7 +101,24 @@ def plan_inputs(model: Any, samples: Any, *, static: bool = False, name: str | N
     return plan
 
 
+def normalize_samples(samples: Any) -> Any:
+    """Samples as an array or DataFrame. Feeds by input name (an .npz from the CLI arrives as
+    ``[{name: array}]``) become the array itself (one input) or a DataFrame (one per column)."""
+    from collections.abc import Mapping
+
+    if isinstance(samples, (list, tuple)) and len(samples) == 1 and isinstance(samples[0], Mapping):
+        samples = samples[0]
+    if isinstance(samples, Mapping):
+        if len(samples) == 1:
+            return np.asarray(next(iter(samples.values())))
+        import pandas as pd
+
+        return pd.DataFrame({str(k): np.asarray(v).reshape(-1) for k, v in samples.items()})
+    return samples
+
+
 def _plan_from_samples(model: Any, samples: Any, source: str) -> InputPlan:
+    samples = normalize_samples(samples)
     if _is_dataframe(samples):
         return _plan_from_dataframe(model, samples, source)
     arr = np.asarray(samples)
