@@ -30,8 +30,7 @@ from unframe.zoo.worker import FAILED, RESULT_MARKER, Job, run_job
 
 OnStart = Callable[[Job], None]
 OnDone = Callable[[Job, dict[str, Any]], None]
-PRELOAD = ["numpy", "onnx", "onnx_ir", "onnxruntime", "unframe.zoo.worker", "unframe.version_converter",
-           "unframe.validate.compare", "unframe.io"]
+PRELOAD = ["unframe.zoo._preload"]
 
 
 def failure(job: Job, reason: str, seconds: float) -> dict[str, Any]:
@@ -136,10 +135,23 @@ class LocalExecutor:
 
 
 # ------------------------------------------------------------------------------------ dask ---
+_POOLS: dict[float | None, LocalExecutor] = {}
+
+
 def run_isolated(job_data: dict[str, Any], timeout: float | None) -> dict[str, Any]:
-    """Run one job in a child interpreter (a Dask task's body): a crash or hang kills the child,
-    not the Dask worker."""
+    """A Dask task's body: run one job in a child process, so that a crash or hang kills the
+    child, not the Dask worker. Forked from a per-worker forkserver when the worker may have
+    children (our LocalCluster), else in a fresh interpreter (daemonic workers of other clusters)."""
     job = Job.from_dict(job_data)
+    if not mp.current_process().daemon:
+        pool = _POOLS.setdefault(timeout, LocalExecutor(1, timeout))
+        box: list[dict[str, Any]] = []
+        pool.run([job], lambda _: None, lambda _, result: box.append(result))
+        return box[0]
+    return _run_in_interpreter(job, job_data, timeout)
+
+
+def _run_in_interpreter(job: Job, job_data: dict[str, Any], timeout: float | None) -> dict[str, Any]:
     started = time.monotonic()
     try:
         proc = subprocess.run([sys.executable, "-m", "unframe.zoo.worker"], input=json.dumps(job_data),
@@ -178,8 +190,13 @@ class DaskExecutor:
                 raise InputError(f"can't reach the Dask scheduler at {scheduler} ({_one_line(exc)})",
                                  "check the address (tcp://host:8786) and that the scheduler is running") from exc
         else:
-            self._cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                                         dashboard_address=None)
+            import dask
+
+            # Non-daemonic workers may fork, so each model runs in a process forked from a
+            # preloaded forkserver instead of a cold interpreter.
+            with dask.config.set({"distributed.worker.daemon": False}):
+                self._cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                                             dashboard_address=None)
             self.client = Client(self._cluster)
 
     def describe(self) -> str:
