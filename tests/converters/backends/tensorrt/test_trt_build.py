@@ -163,6 +163,10 @@ def test_engine_as_input_is_rejected_and_compat_read_from_sidecar(backend, tmp_p
     with pytest.raises(InputError, match="is a TensorRT engine"):
         sidecar.reject_engine_input(engine)
     sidecar.reject_engine_input(tmp_path / "work" / "tensorrt_prepared.onnx")  # an ONNX is fine
+    renamed = tmp_path / "mystery.bin"  # no suffix or sidecar: found by its magic bytes
+    renamed.write_bytes(engine.read_bytes())
+    with pytest.raises(InputError, match="is a TensorRT engine"):
+        sidecar.reject_engine_input(renamed)
     problems = sidecar.check_engine_compat(engine)
     device = trtmodule.cuda_device()
     assert any(p.startswith("no CUDA device") for p in problems) == isinstance(device, str)

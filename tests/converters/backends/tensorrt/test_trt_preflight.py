@@ -68,9 +68,38 @@ def test_nodes_inside_subgraphs_are_checked():
 
 
 def test_types_tensorrt_has_no_tensors_of():
-    node = helper.make_node("Cast", ["x"], ["d"], to=TensorProto.DOUBLE, name="to_double")
-    model = one_node(node, [vi("x", [2])], [vi("d", [2], TensorProto.DOUBLE)])
-    assert reasons(model) == ["to_double|Cast|'d' is DOUBLE, a type TensorRT has no tensors of"]
+    node = helper.make_node("Cast", ["x"], ["d"], to=TensorProto.UINT16, name="to_u16")
+    model = one_node(node, [vi("x", [2])], [vi("d", [2], TensorProto.UINT16)])
+    assert reasons(model) == ["to_u16|Cast|'d' is UINT16, a type TensorRT has no tensors of"]
+    fp8 = helper.make_node("Cast", ["x"], ["d"], to=TensorProto.FLOAT8E5M2, name="to_e5m2")
+    model = one_node(fp8, [vi("x", [2])], [vi("d", [2], TensorProto.FLOAT8E5M2)])
+    assert ["FLOAT8E5M2" in r for r in reasons(model)] == [True]
+    # The parser narrows float64 to float32, so DOUBLE is not a blocker.
+    to_double = helper.make_node("Cast", ["x"], ["d"], to=TensorProto.DOUBLE, name="to_double")
+    assert preflight.check(one_node(to_double, [vi("x", [2])],
+                                    [vi("d", [2], TensorProto.DOUBLE)])) == []
+
+
+def test_measured_parser_restrictions():
+    lp = helper.make_node("LpPool", ["x"], ["y"], kernel_shape=[2, 2], p=3, name="lp")
+    assert ["p=3" in r for r in reasons(one_node(lp, [vi("x", [1, 1, 4, 4])], [vi("y", None)]))] == [True]
+    mod = helper.make_node("Mod", ["a", "b"], ["y"], fmod=0, name="mod")
+    model = one_node(mod, [vi("a", [3], TensorProto.INT32), vi("b", [3], TensorProto.INT32)],
+                     [vi("y", [3], TensorProto.INT32)])
+    assert preflight.check(model) == []
+    model = one_node(helper.make_node("Mod", ["a", "b"], ["y"], fmod=1, name="mod"),
+                     [vi("a", [3]), vi("b", [3])], [vi("y", [3])])
+    assert preflight.check(model) == []
+    scatter = helper.make_node("ScatterElements", ["x", "i", "u"], ["y"], reduction="mul", name="s")
+    model = one_node(scatter, [vi("x", [4]), vi("i", [1], I64), vi("u", [1])], [vi("y", None)])
+    assert ["reduction='mul'" in r for r in reasons(model)] == [True]
+    window = helper.make_node("HannWindow", ["n"], ["w"], name="hann")
+    model = one_node(window, [vi("n", [], TensorProto.INT32)], [vi("w", None)])
+    assert preflight.check(model) == []  # the table's types are the output's
+    rng = helper.make_node("Range", ["a", "b", "c"], ["y"], name="range")
+    model = one_node(rng, [vi(n, [], TensorProto.FLOAT16) for n in "abc"],
+                     [vi("y", None, TensorProto.FLOAT16)])
+    assert ["FP16" in r for r in reasons(model)] == [True]
 
 
 def test_op_main_type_outside_the_table_types():
@@ -264,3 +293,12 @@ def test_preflight_does_not_modify_the_model(dtype):
     before = [(n.op_type, [v.name for v in n.inputs]) for n in model.graph]
     preflight.check(model)
     assert [(n.op_type, [v.name for v in n.inputs]) for n in model.graph] == before
+
+
+def test_importing_the_backend_imports_no_tensorrt():
+    script = ("import sys; from unframe.converters.registry import BACKENDS; "
+              "be = BACKENDS.get('tensorrt'); be.available(); be.missing(); "
+              "print(sorted(m for m in sys.modules if m.split('.')[0] in ('tensorrt', 'tensorrt_rtx')))")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "[]"

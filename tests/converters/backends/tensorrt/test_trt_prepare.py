@@ -9,7 +9,9 @@ from trt_models import const, make_model, ort_run, vi
 
 from unframe.converters.backends.tensorrt import preflight
 from unframe.converters.backends.tensorrt.prepare import (
-    FoldConstantsPass, NarrowInt64Pass, prepare,
+    FoldConstantsPass,
+    NarrowInt64Pass,
+    prepare,
 )
 
 I64 = TensorProto.INT64

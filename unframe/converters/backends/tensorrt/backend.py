@@ -40,7 +40,7 @@ PRECISIONS = ("fp32", "fp16", "bf16")
 # matmuls/convolutions, which TensorRT enables by default on Ampere and later.
 TOLERANCES = {"fp32": (1e-3, 1e-3), "fp16": (1e-2, 1e-2), "bf16": (6e-2, 6e-2)}
 
-__all__ = ["TensorRTBackend", "CheckReport", "check_engine_compat", "check_report",
+__all__ = ["TensorRTBackend", "CheckReport", "check_engine_compat", "check_report", "support_rows",
            "reject_engine_input"]
 
 
@@ -200,3 +200,39 @@ def _large(model: ir.Model) -> bool:
         if value.const_value is not None:
             total += value.const_value.nbytes
     return total > 1_500_000_000
+
+
+def support_rows() -> list[dict[str, str]]:
+    """One row per ONNX op of TensorRT's table, for docs/support.md: status, types, the table's
+    restrictions and what pre-flight checks statically."""
+    from unframe.converters.backends.tensorrt.table import support_table
+
+    rows: list[dict[str, str]] = []
+    for op, row in sorted(support_table().items()):
+        checks = []
+        if op in preflight.CONSTANT_INPUTS:
+            checks.append("constant inputs: " + ", ".join(w for _, w in preflight.CONSTANT_INPUTS[op]))
+        if op in preflight.restriction_checks():
+            checks.append("restrictions")
+        if row.types:
+            checks.append("types")
+        rows.append({
+            "op": op,
+            "status": {"yes": "supported", "no": "unsupported"}.get(row.status, "not listed"),
+            "types": ", ".join(sorted(row.types)),
+            "restrictions": row.restrictions,
+            "preflight": "; ".join(checks) if row.supported else "blocked",
+        })
+    return rows
+
+
+def support_markdown() -> list[str]:
+    """The TensorRT section of docs/support.md, from ``support_rows()``."""
+    lines = ["## TensorRT ONNX operators", "",
+             "From TensorRT's ONNX parser documentation (TRT 10.15); pre-flight checks each node "
+             "against it. Ops of other domains need a TensorRT plugin.", "",
+             "| op | status | types | restrictions | pre-flight checks |", "|---|---|---|---|---|"]
+    for r in support_rows():
+        restrictions = r["restrictions"].replace("|", "/")
+        lines.append(f"| {r['op']} | {r['status']} | {r['types']} | {restrictions} | {r['preflight']} |")
+    return lines + [""]

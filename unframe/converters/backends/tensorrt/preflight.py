@@ -12,8 +12,10 @@ and ``disagreements`` lists where it and the table differ.
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -31,6 +33,7 @@ RESIZE_NEAREST_MODES = {"floor", "ceil", "round_prefer_floor", "round_prefer_cei
 # (op, input index, what it is): inputs the parser needs as build-time constants.
 CONSTANT_INPUTS: dict[str, list[tuple[int, str]]] = {
     "CumSum": [(1, "axis")],
+    "Resize": [(2, "scales")],  # the parser refuses scales that arrive as a network input
     "Dropout": [(2, "training_mode")],
     "OneHot": [(1, "depth")],
     "STFT": [(1, "frame_step"), (2, "window")],
@@ -152,8 +155,9 @@ def check_node(node: ir.Node, ctx: Context) -> list[Blocker]:
 def _dtype_reasons(node: ir.Node, ctx: Context, allowed: frozenset[str]) -> Iterator[str]:
     for value in [*node.inputs, *node.outputs]:
         dt = ctx.dtype(value)
-        if dt in NO_TRT_TYPE:
-            yield f"{value.name!r} is {NO_TRT_TYPE[dt]}, a type TensorRT has no tensors of"
+        if dt in NO_TRT_TYPE or (dt and dt not in ONNX_TO_TABLE_TYPE):
+            name = NO_TRT_TYPE.get(dt) or _type_name(dt)
+            yield f"{value.name!r} is {name}, a type TensorRT has no tensors of"
             return
     if not allowed:
         return
@@ -165,11 +169,25 @@ def _dtype_reasons(node: ir.Node, ctx: Context, allowed: frozenset[str]) -> Iter
             return
 
 
+# Ops whose table types describe their output (input 0 is a size or a shape).
+TYPED_BY_OUTPUT = frozenset({"BlackmanWindow", "HammingWindow", "HannWindow", "EyeLike"})
+
+
+def _type_name(code: int) -> str:
+    try:
+        return ir.DataType(code).name
+    except ValueError:
+        return f"type {code}"
+
+
 def main_type_values(node: ir.Node, opset: int) -> list[ir.Value]:
-    """The inputs/outputs bound to the same type variable as input 0 (the op's data type)."""
+    """The inputs/outputs bound to the same type variable as input 0 (the op's data type), or
+    as output 0 for ops typed by their output."""
     schema = _schema(node, opset)
     if schema is None or not schema.inputs:
         return [v for v in node.inputs[:1] if v is not None]
+    if node.op_type in TYPED_BY_OUTPUT and schema.outputs:
+        return [v for v in node.outputs[:1] if v is not None]
     var = schema.inputs[0].type_str
     values: list[ir.Value] = []
     for i, value in enumerate(node.inputs):
@@ -243,8 +261,30 @@ def _pooling(node: ir.Node, ctx: Context) -> Iterator[str]:
     dilations = _ints(node, "dilations")
     if dilations and any(d != 1 for d in dilations):
         yield f"dilations {dilations}: TensorRT pools with dilation 1 only"
+    if node.op_type == "LpPool" and _int(node, "p", 2) not in (1, 2):
+        yield f"p={_int(node, 'p', 2)}: TensorRT's LpPool takes p=1 or p=2 only"
     if node.op_type == "MaxPool" and len(node.outputs) > 1 and _used(node.outputs[1]):
         yield "the Indices output is not supported"
+
+
+@restriction("Mod")
+def _mod(node: ir.Node, ctx: Context) -> Iterator[str]:
+    kind = ONNX_TO_TABLE_TYPE.get(ctx.dtype(node.inputs[0]) or 0)
+    if _int(node, "fmod", 0) == 0 and kind in ("FP32", "FP16", "BF16"):
+        yield f"fmod=0 on {kind} inputs: TensorRT's integer Mod needs INT32/INT64 (use fmod=1)"
+
+
+@restriction("BatchNormalization")
+def _batch_norm(node: ir.Node, ctx: Context) -> Iterator[str]:
+    if _int(node, "training_mode", 0) != 0:
+        yield "training_mode=1 is not supported"
+
+
+@restriction("ScatterElements")
+def _scatter_elements(node: ir.Node, ctx: Context) -> Iterator[str]:
+    reduction = _str(node, "reduction", "none")
+    if reduction != "none":
+        yield f"reduction={reduction!r}: the parser takes only 'none'"
 
 
 @restriction("Conv", "ConvTranspose")
@@ -381,7 +421,8 @@ def _attention(node: ir.Node, ctx: Context) -> Iterator[str]:
         yield "qk_matmul_output_mode is not supported"
     if "softcap" in node.attributes and float(node.attributes["softcap"].value) != 0.0:
         yield "softcap is not supported"
-    for index, what in ((0, "Q"), (1, "K"), (2, "V"), (3, "attn_mask")):
+    # The table says attn_mask too must be 4D; the parser broadcasts lower-rank masks.
+    for index, what in ((0, "Q"), (1, "K"), (2, "V")):
         rank = _rank(node.inputs[index]) if len(node.inputs) > index else None
         if rank is not None and rank != 4:
             yield f"{what} is {rank}D: TensorRT takes 4D Q, K, V and attn_mask"
@@ -410,6 +451,8 @@ def _stft(node: ir.Node, ctx: Context) -> Iterator[str]:
 
 @restriction("TensorScatter")
 def _tensor_scatter(node: ir.Node, ctx: Context) -> Iterator[str]:
+    if _str(node, "mode", "linear") != "linear":
+        yield f"mode={_str(node, 'mode', 'linear')!r}: only 'linear' is supported"
     if _int(node, "axis", -2) != -2:
         yield "axis must be -2"
     for index, what in ((0, "past_cache"), (1, "update")):
@@ -472,17 +515,25 @@ def parser_verdict(model: ir.Model, module: Any | None = None) -> ParserVerdict 
     trt = module or trtmodule.load_or_none()
     if trt is None:
         return None
-    data = ir.to_proto(model).SerializeToString()
     logger = trtmodule.CollectingLogger(trt)
     builder = trt.Builder(logger)
     network = builder.create_network(trtmodule.strongly_typed_flags(trt))
     parser = trt.OnnxParser(network, logger)
-    supported = bool(parser.supports_model_v2(data))
+    with tempfile.TemporaryDirectory(prefix="unframe-trt-check-") as tmp:
+        path = Path(tmp) / "model.onnx"
+        # Saved with its weights beside it, so the parser can read external data by path.
+        ir.save(model, path, external_data="model.onnx.data" if _has_external(model) else None)
+        supported = bool(parser.supports_model_v2(path.read_bytes(), str(path)))
     failed: dict[int, str] = {}
     for i in range(parser.num_errors):
         error = parser.get_error(i)
         failed.setdefault(int(error.node()), " ".join(str(error.desc()).split()))
     return ParserVerdict(supported and not failed, failed, trt.__name__)
+
+
+def _has_external(model: ir.Model) -> bool:
+    return any(isinstance(v.const_value, ir.ExternalTensor)
+               for v in model.graph.initializers.values())
 
 
 def disagreements(model: ir.Model, blockers: list[Blocker],
@@ -507,3 +558,8 @@ def disagreements(model: ir.Model, blockers: list[Blocker],
         lines.extend(f"{blocker}: pre-flight blocks it but the parser accepts it"
                      for blocker in blockers)
     return lines
+
+
+def restriction_checks() -> frozenset[str]:
+    """Ops with a registered static restriction check (for docs/support.md)."""
+    return frozenset(_CHECKS)

@@ -93,8 +93,17 @@ def _gpu_problems(meta: dict[str, Any]) -> list[str]:
 
 
 def is_engine_file(path: Path) -> bool:
-    return path.suffix.lower() in ENGINE_SUFFIXES or sidecar_path(path).is_file() and \
-        path.suffix.lower() not in (".onnx", ".json")
+    """By suffix, by an unframe sidecar beside it, or by the serialized engine's magic: four
+    bytes ending in "trt" ("ftrt" for TensorRT plans, "vtrt" seen from TensorRT-RTX)."""
+    if path.suffix.lower() in ENGINE_SUFFIXES:
+        return True
+    if path.suffix.lower() in (".onnx", ".json") or not path.is_file():
+        return False
+    if sidecar_path(path).is_file():
+        return True
+    with path.open("rb") as f:
+        head = f.read(4)
+    return len(head) == 4 and head[1:] == b"trt" and head[:1].isalpha()
 
 
 def reject_engine_input(path: Path | str) -> None:

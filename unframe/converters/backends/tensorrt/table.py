@@ -14,15 +14,23 @@ import functools
 from dataclasses import dataclass
 from importlib import resources
 
-# ONNX TensorProto element types -> the table's type names.
+# ONNX TensorProto element types -> the table's type names. TensorRT's FP8 is E4M3FN only.
+# DOUBLE counts as FP32: the parser narrows float64 tensors to float32 (measured with
+# bench/tensorrt_preflight.py: every float64 node case the table would refuse, the parser takes).
 ONNX_TO_TABLE_TYPE: dict[int, str] = {
     1: "FP32", 10: "FP16", 16: "BF16", 6: "INT32", 7: "INT64", 2: "UINT8", 3: "INT8", 9: "BOOL",
-    17: "FP8", 18: "FP8", 19: "FP8", 20: "FP8", 22: "INT4", 23: "FP4",
+    17: "FP8", 22: "INT4", 23: "FP4", 11: "FP32",
 }
-# Types TensorRT has no tensor type for at all (the parser rejects them wherever they appear).
+# Types TensorRT has no tensor type for at all (the parser rejects them wherever they appear):
+# every ONNX type not mapped above.
 NO_TRT_TYPE: dict[int, str] = {
-    4: "UINT16", 5: "INT16", 8: "STRING", 11: "DOUBLE", 12: "UINT32", 13: "UINT64",
-    14: "COMPLEX64", 15: "COMPLEX128", 21: "UINT4",
+    4: "UINT16", 5: "INT16", 8: "STRING", 12: "UINT32", 13: "UINT64", 14: "COMPLEX64",
+    15: "COMPLEX128", 18: "FLOAT8E4M3FNUZ", 19: "FLOAT8E5M2", 20: "FLOAT8E5M2FNUZ", 21: "UINT4",
+    24: "FLOAT8E8M0", 25: "UINT2", 26: "INT2", 27: "FLOAT6E2M3", 28: "FLOAT6E3M2",
+}
+# Corrections to the table's types, measured against the parser (bench/tensorrt_preflight.py).
+TYPE_OVERRIDES: dict[str, frozenset[str]] = {
+    "Range": frozenset({"FP32", "INT32", "INT64"}),  # "only supports int32, int64, and float"
 }
 
 
@@ -49,8 +57,11 @@ def support_table() -> dict[str, OpSupport]:
         types = frozenset(t.strip() for t in row["supported_types"].split(",")
                           if t.strip().isupper() and " " not in t.strip())
         live = row.get("live_supports_operator", "")
+        status = row["supported"]
+        if status == "not_listed" and live == "yes":
+            status = "yes"  # newer than the docs, but the parser's supports_operator takes it
         table[row["op"]] = OpSupport(
-            op=row["op"], status=row["supported"], types=types,
+            op=row["op"], status=status, types=TYPE_OVERRIDES.get(row["op"], types),
             restrictions=row["restrictions"].strip(), doc_version=row["doc_version"],
             live_supported=None if not live else live == "yes",
         )
