@@ -9,10 +9,13 @@ it needs trust.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
+import logging
 import re
 import zipfile
+from collections.abc import Iterator
 from enum import Enum
 from pathlib import Path
 from typing import Any
@@ -105,39 +108,52 @@ def _load_torchscript(path: Path) -> Any:
 
 
 def load_exported_program(path: Path) -> Any:
-    """torch.export.load, importing the module of any custom pytree class the program names
-    (e.g. transformers' ModelOutput subclasses) so the user doesn't have to."""
+    """torch.export.load, first importing the module of every custom pytree class the program
+    names (e.g. transformers' ModelOutput subclasses) so the user doesn't have to."""
     import torch
 
-    tried: set[str] = set()
-    while True:
-        try:
+    for module in missing_pytree_modules(path):
+        _import_for_pytree(module, path)
+    try:
+        with _quiet_logger("torch.export"):
             return torch.export.load(str(path))
-        except Exception as exc:
-            module = _missing_pytree_module(exc)
-            if module is None or module in tried:
-                raise InputError(f"{path}: the ExportedProgram can't be loaded ({first_line(exc)})",
-                                 "re-save it with torch.export.save from this torch version") from exc
-            tried.add(module)
-            _import_for_pytree(module, path)
+    except Exception as exc:
+        raise InputError(f"{path}: the ExportedProgram can't be loaded ({first_line(exc)})",
+                         "re-save it with torch.export.save from this torch version") from exc
 
 
-_PYTREE_TYPE = re.compile(r"([A-Za-z_][\w]*(?:\.[A-Za-z_]\w*)+)")
+# In the archive's model JSON the in/out specs are JSON strings: \"type\": \"pkg.mod.Class\"
+_SPEC_TYPE = re.compile(r'\\?"type\\?":\s*\\?"([A-Za-z_][\w.]*)\\?"')
 
 
-def _missing_pytree_module(exc: BaseException) -> str | None:
-    """The module defining a pytree type torch couldn't find, from its error message."""
-    text = f"{exc} {exc.__cause__ or ''}"
-    if "pytree" not in text.lower() and "serialized_type_name" not in text.lower() \
-            and not isinstance(exc, KeyError):
-        return None
-    for name in _PYTREE_TYPE.findall(text):
-        if name.startswith(("torch.", "builtins.", "collections.")):
-            continue
-        module = name.rsplit(".", 1)[0]
-        if module:
-            return module
-    return None
+def missing_pytree_modules(path: Path) -> list[str]:
+    """Modules defining pytree types named in the program's specs that torch doesn't know yet."""
+    import torch.utils._pytree as pytree
+
+    known = set(pytree.SERIALIZED_TYPE_TO_PYTHON_TYPE)
+    modules: list[str] = []
+    with zipfile.ZipFile(path) as archive:
+        for name in archive.namelist():
+            if not (name.endswith(".json") and "/models/" in f"/{name}"):
+                continue
+            text = archive.read(name).decode("utf-8", errors="replace")
+            for type_name in sorted(set(_SPEC_TYPE.findall(text))):
+                module = type_name.rsplit(".", 1)[0]
+                if type_name not in known and "." in type_name and module not in modules:
+                    modules.append(module)
+    return modules
+
+
+@contextlib.contextmanager
+def _quiet_logger(name: str) -> Iterator[None]:
+    """torch.export.load logs a traceback before raising; the error we raise says it all."""
+    logger = logging.getLogger(name)
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 def _import_for_pytree(module: str, path: Path) -> None:
@@ -145,7 +161,11 @@ def _import_for_pytree(module: str, path: Path) -> None:
     if importlib.util.find_spec(top) is None:
         raise MissingPackageError(
             f"{path}: its inputs/outputs use classes from '{module}', which is not installed", top)
-    importlib.import_module(module)
+    try:
+        importlib.import_module(module)
+    except ImportError as exc:
+        raise MissingPackageError(f"{path}: its inputs/outputs use classes from '{module}', which "
+                                  f"can't be imported ({first_line(exc)})", top) from exc
 
 
 class MissingPackageError(MissingExtraError):
