@@ -141,6 +141,10 @@ def convert_opset(model: ir.Model, target: int, *, ml_target: int | None = None)
     ir_version = _required_ir_version(target, ml_final)
     if work.functions:
         ir_version = max(ir_version, 8)  # model-local functions exist from IR version 8
+    if ir_version < 4:
+        from onnx_ir.passes.common import AddInitializersToInputsPass
+
+        AddInitializersToInputsPass()(work)  # before IR 4 every initializer must be a graph input
     model.graph = work.graph
     model.functions.clear()
     model.functions.update(work.functions)
