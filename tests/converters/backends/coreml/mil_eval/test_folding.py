@@ -41,7 +41,7 @@ CASES += [(op, 17, lambda r, op=op: getattr(mb, op)(x=f32(r, 3, 4, low=0.1, high
 CASES += [(op, 17, lambda r, op=op: getattr(mb, op)(x=f32(r, 2, 3, 4), y=f32(r, 3, 1, low=0.5))) for op in BINARY]
 CASES += [(op, 17, lambda r, op=op: getattr(mb, op)(x=i32(r, 2, 3, low=-9, high=9), y=i32(r, 3, low=1)))
           for op in ("add", "mul", "floor_div", "mod", "real_div")]
-CASES += [(op, 17, lambda r, op=op: getattr(mb, op)(x=f32(r, 2, 3, 4), axes=[1], keep_dims=k))
+CASES += [(op, 17, lambda r, op=op, k=k: getattr(mb, op)(x=f32(r, 2, 3, 4), axes=[1], keep_dims=k))
           for op in REDUCE for k in (False, True)]
 CASES += [
     ("pow", 17, lambda r: mb.pow(x=f32(r, 3, 4, low=0.1, high=3), y=f32(r, 4))),
@@ -77,7 +77,7 @@ CASES += [
     ("matmul", 17, lambda r: mb.matmul(x=f32(r, 2, 3, 4), y=f32(r, 4, 5))),
     ("matmul", 17, lambda r: mb.matmul(x=f32(r, 2, 4, 3), y=f32(r, 2, 5, 4), transpose_x=True, transpose_y=True)),
     ("linear", 17, lambda r: mb.linear(x=f32(r, 2, 4), weight=f32(r, 3, 4), bias=f32(r, 3))),
-    ("einsum", 17, lambda r: mb.einsum(values=(f32(r, 2, 3, 4, 5), f32(r, 2, 3, 5, 6)), equation="abcd,abde->abce")),
+    ("einsum", 17, lambda r: mb.einsum(values=(f32(r, 2, 3, 4, 5), f32(r, 2, 5, 4, 6)), equation="abcd,adce->abce")),
     ("reshape", 17, lambda r: mb.reshape(x=f32(r, 2, 3, 4), shape=[0, -1])),
     ("reshape", 15, lambda r: mb.reshape(x=f32(r, 2, 3, 4), shape=[4, 3, 2])),
     ("transpose", 17, lambda r: mb.transpose(x=f32(r, 2, 3, 4), perm=[2, 0, 1])),
@@ -90,14 +90,6 @@ CASES += [
                                                        squeeze_mask=[True, False], begin_mask=[False, True])),
     ("slice_by_size", 17, lambda r: mb.slice_by_size(x=f32(r, 5, 6), begin=[1, 2], size=[3, -1])),
     ("reverse", 17, lambda r: mb.reverse(x=f32(r, 3, 4), axes=[1])),
-    ("reverse_sequence", 17, lambda r: mb.reverse_sequence(x=f32(r, 3, 5, 2), lengths=np.array([2, 5, 0], np.int32), seq_axis=1, batch_axis=0)),
-    ("depth_to_space", 17, lambda r: mb.depth_to_space(x=f32(r, 1, 8, 2, 3), block_size=2)),
-    ("space_to_depth", 17, lambda r: mb.space_to_depth(x=f32(r, 1, 2, 4, 6), block_size=2)),
-    ("pixel_shuffle", 17, lambda r: mb.pixel_shuffle(x=f32(r, 1, 8, 2, 3), upscale_factor=2)),
-    ("pixel_unshuffle", 17, lambda r: mb.pixel_unshuffle(x=f32(r, 1, 2, 4, 6), downscale_factor=np.uint32(2))),
-    ("space_to_batch", 17, lambda r: mb.space_to_batch(x=f32(r, 2, 1, 4, 6), block_shape=[2, 3], paddings=[[0, 0], [1, 2]])),
-    ("batch_to_space", 17, lambda r: mb.batch_to_space(x=f32(r, 12, 1, 2, 3), block_shape=[2, 3], crops=[[0, 1], [2, 1]])),
-    ("sliding_windows", 17, lambda r: mb.sliding_windows(x=f32(r, 2, 9, 3), axis=1, size=3, stride=2)),
     ("band_part", 17, lambda r: mb.band_part(x=f32(r, 2, 4, 5), lower=np.int32(1), upper=np.int32(2))),
     ("cumsum", 17, lambda r: mb.cumsum(x=f32(r, 3, 4), axis=1)),
     ("cumsum", 17, lambda r: mb.cumsum(x=f32(r, 3, 4), axis=0, reverse=True)),
@@ -115,7 +107,6 @@ CASES += [
     ("topk", 15, lambda r: mb.topk(x=f32(r, 3, 6), k=2, axis=0, ascending=True)),
     ("flatten2d", 17, lambda r: mb.flatten2d(x=f32(r, 2, 3, 4), axis=2)),
     ("concat", 17, lambda r: mb.concat(values=(f32(r, 2, 3), f32(r, 2, 1)), axis=1)),
-    ("concat", 17, lambda r: mb.concat(values=(f32(r, 2, 3), f32(r, 2, 3)), axis=0, interleave=True)),
     ("split", 17, lambda r: mb.split(x=f32(r, 6, 4), num_splits=3, axis=0)),
     ("split", 17, lambda r: mb.split(x=f32(r, 6, 4), split_sizes=[1, 3], axis=1)),
     ("stack", 17, lambda r: mb.stack(values=(f32(r, 2, 3), f32(r, 2, 3)), axis=1)),
@@ -124,13 +115,7 @@ CASES += [
     ("gather", 17, lambda r: mb.gather(x=f32(r, 4, 5), indices=np.array([[3, -1], [0, 2]], np.int32), axis=1)),
     ("gather", 16, lambda r: mb.gather(x=f32(r, 2, 4, 5), indices=i32(r, 2, 3, high=4), axis=1, batch_dims=1)),
     ("gather_along_axis", 17, lambda r: mb.gather_along_axis(x=f32(r, 4, 5), indices=i32(r, 2, 5, high=4), axis=0)),
-    ("gather_nd", 17, lambda r: mb.gather_nd(x=f32(r, 4, 5, 6), indices=i32(r, 3, 2, high=4))),
-    ("gather_nd", 16, lambda r: mb.gather_nd(x=f32(r, 2, 5, 6), indices=i32(r, 2, 3, 1, high=5), batch_dims=1)),
-    ("scatter", 17, lambda r: mb.scatter(data=f32(r, 5, 3), indices=np.array([4, 1], np.int32), updates=f32(r, 2, 3), mode="update")),
-    ("scatter", 17, lambda r: mb.scatter(data=f32(r, 3, 5), indices=np.array([4, 1], np.int32), updates=f32(r, 3, 2), axis=1, mode="add")),
     ("scatter_along_axis", 17, lambda r: mb.scatter_along_axis(data=f32(r, 4, 3), indices=np.array([[3, 1, 0]], np.int32), updates=f32(r, 1, 3), axis=0, mode="update")),
-    ("scatter_nd", 17, lambda r: mb.scatter_nd(data=f32(r, 4, 3), indices=np.array([[3], [1]], np.int32), updates=f32(r, 2, 3), mode="update")),
-    ("one_hot", 17, lambda r: mb.one_hot(indices=np.array([0, 2, 1], np.int32), one_hot_vector_size=4)),
     ("shape", 17, lambda r: mb.shape(x=f32(r, 2, 3, 4))),
 ]
 

@@ -1,1 +1,1 @@
-"""(filled in below)"""
+"""quantize / dequantize live in constexpr.py next to the other (de)quantization kernels."""
