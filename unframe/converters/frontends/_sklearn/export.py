@@ -93,7 +93,23 @@ def run_skl2onnx(model: Any, plan: InputPlan, *, double: bool, opset: int, zipma
         raise ConversionError(f"skl2onnx failed on {source} ({type(model).__name__}): "
                               f"{_first_line(exc)}", "report it with --debug output") from exc
     fix_ml_opset(proto)
+    drop_map_types(proto)
     return proto
+
+
+def drop_map_types(proto: onnx.ModelProto) -> list[str]:
+    """onnx-ir can't hold map types (ZipMap's sequence(map) output): leave those outputs untyped
+    (onnxruntime infers them). Returns the outputs changed."""
+    changed = []
+    for out in proto.graph.output:
+        if out.type.HasField("sequence_type") or out.type.HasField("map_type"):
+            out.ClearField("type")
+            changed.append(out.name)
+    keep = [v for v in proto.graph.value_info
+            if not (v.type.HasField("sequence_type") or v.type.HasField("map_type"))]
+    del proto.graph.value_info[:]
+    proto.graph.value_info.extend(keep)
+    return changed
 
 
 def unconverted_classes(model: Any) -> list[str]:
@@ -136,7 +152,8 @@ def convert_route(model: Any, plan: InputPlan, *, double: bool, opset: int, zipm
                   source: str) -> Conversion:
     proto = run_skl2onnx(model, plan, double=double, opset=opset, zipmap=zipmap, source=source)
     names = [o.name for o in proto.graph.output]
-    return Conversion(proto, double, output_methods(model, len(names)), names)
+    has_zipmap = any(n.op_type == "ZipMap" for n in proto.graph.node)
+    return Conversion(proto, double, output_methods(model, len(names), zipmap=has_zipmap), names)
 
 
 def float_mismatch(model: Any, plan: InputPlan, conv: Conversion) -> str:
@@ -184,9 +201,12 @@ def choose_route(model: Any, plan: InputPlan, precision: str, *, opset: int, zip
     if precision == "double":
         return _double_or_raise(model, plan, opset, zipmap, source)
     conv = convert_route(model, plan, double=False, opset=opset, zipmap=zipmap, source=source)
-    if precision == "float":
-        return conv
     why = float_mismatch(model, plan, conv)
+    if precision == "float":
+        if why:
+            conv.notes.append(f"float32 changes scikit-learn's results on the parity inputs "
+                              f"({why}); precision double keeps them")
+        return conv
     if not why:
         conv.notes.append("precision auto: float32 reproduces scikit-learn on the parity inputs")
         return conv

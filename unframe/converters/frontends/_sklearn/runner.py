@@ -22,19 +22,21 @@ from unframe.converters.frontends._sklearn.inputs import InputPlan, final_estima
 from unframe.errors import UnsupportedError
 from unframe.validate.runner import Runner
 
-PREDICT, PROBA, DECISION, DECISION_2COL, DECISION_SVC, TRANSFORM = (
-    "predict", "predict_proba", "decision_function", "decision_function_2col",
-    "decision_function_svc", "transform")
+PREDICT, PROBA, PROBA_ZIPMAP, DECISION, DECISION_2COL, DECISION_SVC, TRANSFORM = (
+    "predict", "predict_proba", "predict_proba_zipmap", "decision_function",
+    "decision_function_2col", "decision_function_svc", "transform")
 ONE_COLUMN_BINARY = {"LinearSVC", "RidgeClassifier", "RidgeClassifierCV"}
 SVC_BINARY = {"SVC", "NuSVC"}
 
 
-def output_methods(model: Any, n_outputs: int) -> list[str]:
+def output_methods(model: Any, n_outputs: int, zipmap: bool = False) -> list[str]:
     """Which estimator method produces each ONNX output, in output order."""
     from sklearn.base import is_classifier, is_regressor
 
     last = final_estimator(model)
     if is_classifier(model):
+        if zipmap:
+            return [PREDICT, PROBA_ZIPMAP][:n_outputs]
         if hasattr(model, "predict_proba"):
             return [PREDICT, PROBA][:n_outputs]
         name = type(last).__name__
@@ -54,6 +56,11 @@ def output_methods(model: Any, n_outputs: int) -> list[str]:
 
 
 def call(model: Any, method: str, x: Any) -> np.ndarray:
+    if method == PROBA_ZIPMAP:  # ZipMap's layout: one {class: probability} dict per row
+        classes = final_estimator(model).classes_
+        rows = _proba_or_decision(model, x)
+        return np.array([{_plain(c): float(p) for c, p in zip(classes, row)} for row in rows],
+                        dtype=object)
     if method in (DECISION_2COL, DECISION_SVC):
         d = np.asarray(model.decision_function(x)).reshape(-1, 1)
         return np.hstack([d, -d] if method == DECISION_SVC else [-d, d])
@@ -68,6 +75,16 @@ def call(model: Any, method: str, x: Any) -> np.ndarray:
     if method == DECISION and out.ndim == 1:
         out = out.reshape(-1, 1)
     return out
+
+
+def _proba_or_decision(model: Any, x: Any) -> np.ndarray:
+    if hasattr(model, "predict_proba"):
+        return np.asarray(model.predict_proba(x))
+    return np.asarray(model.decision_function(x)).reshape(len(x), -1)
+
+
+def _plain(value: Any) -> Any:
+    return value.item() if hasattr(value, "item") else value
 
 
 class SklearnRunner(Runner):
