@@ -140,3 +140,57 @@ BUILDERS: dict[str, Callable[[int], Any]] = {
     "attention": attention,
     "two_io": two_inputs_two_outputs,
 }
+
+
+def tiny_mobilenet(seed: int = 0) -> Any:
+    """A Keras application architecture (MobileNet v1, alpha 0.25, 32x32): small enough for tests."""
+    import keras
+
+    _seed(seed)
+    model = keras.applications.MobileNet(input_shape=(32, 32, 3), alpha=0.25, weights=None,
+                                         classes=6)
+    _randomize_batchnorm(model, seed)
+    return model
+
+
+def einsum_dense(seed: int = 0) -> Any:
+    """EinsumDense: tf2onnx writes an Einsum node, which needs opset 12 or newer."""
+    import keras
+    from keras import layers
+
+    _seed(seed)
+    x = keras.Input((5, 4), name="x")
+    y = layers.EinsumDense("abc,cd->abd", output_shape=(None, 3), name="proj")(x)
+    return keras.Model(x, y, name="einsum_dense")
+
+
+def gelu_mlp(seed: int = 0) -> Any:
+    """Exact GELU: TF lowers it to Erfc, which tf2onnx 1.17 can't map by itself."""
+    import keras
+    from keras import layers
+
+    _seed(seed)
+    x = keras.Input((8,), name="x")
+    y = layers.Dense(4, activation="gelu", name="hidden")(x)
+    return keras.Model(x, layers.Dense(2, name="y")(y), name="gelu_mlp")
+
+
+BUILDERS["tiny_mobilenet"] = tiny_mobilenet
+
+
+def call_keras(model: Any, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Run a Keras model on a feed by input name, outputs by output name: independent of the
+    frontend's own runner, for tests to compare against."""
+    names = [t.name for t in model.inputs]
+    struct = getattr(model, "_inputs_struct", None)
+    if isinstance(struct, dict):
+        args: Any = {k: feed[v.name] for k, v in struct.items()}
+    elif len(names) == 1:
+        args = feed[names[0]]
+    else:
+        args = [feed[n] for n in names]
+    out = model(args, training=False)
+    if isinstance(out, dict):
+        return {k: np.asarray(v) for k, v in out.items()}
+    outs = out if isinstance(out, (list, tuple)) else [out]
+    return {n: np.asarray(v) for n, v in zip(model.output_names, outs, strict=True)}

@@ -43,6 +43,7 @@ Parity
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +55,6 @@ from unframe.validate.runner import Runner, TensorSpec
 @register_frontend
 class TensorflowFrontend(Frontend):
     name = "tf"
-    aliases = ("tensorflow", "keras")
     extra = "tf"
     requires = ("tensorflow", "keras", "tf2onnx")
     packages = "tensorflow-cpu, keras, tf2onnx"
@@ -70,6 +70,10 @@ class TensorflowFrontend(Frontend):
 
     def distributions(self) -> tuple[str, ...]:
         return ("tensorflow-cpu", "tensorflow", "keras", "tf2onnx", "onnx")
+
+    def versions(self) -> dict[str, str]:
+        # importlib.metadata lookups cost ~20 ms each; versions don't change within a process.
+        return dict(_versions(self))
 
     def accepts_path(self, path: Path) -> bool:
         from unframe.converters.frontends._tf.native import is_saved_model_dir
@@ -95,7 +99,9 @@ class TensorflowFrontend(Frontend):
         from unframe.converters.frontends._tf.pipeline import export
 
         opset = self.closest_opset(opts.opset) if opts.opset else self.default_opset()
-        return export(native, spec, opset, opts.get("nchw_inputs"), self.versions())
+        # A pipeline that validates nothing (validate=False) skips the per-route numbers check.
+        self_check = opts.options.get("validate") is not False
+        return export(native, spec, opset, opts.get("nchw_inputs"), self.versions(), self_check)
 
     def runner(self, native: Any, export: ExportResult) -> Runner:
         from unframe.converters.frontends._tf.runners import make_runner
@@ -109,3 +115,8 @@ class TensorflowFrontend(Frontend):
                 "tflite": "TFLite model"}[native.kind]
         sig = f", signature {native.signature!r}" if native.signature else ""
         return f"{kind} {native.source}{sig}"
+
+
+@functools.lru_cache(maxsize=1)
+def _versions(frontend: TensorflowFrontend) -> tuple[tuple[str, str], ...]:
+    return tuple(Frontend.versions(frontend).items())

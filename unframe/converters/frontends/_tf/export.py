@@ -101,8 +101,8 @@ def from_function(model: TfModel, inputs: Sequence[TensorSpec], opset: int) -> o
     import tf2onnx
 
     register_tf2onnx_extensions()
-    proto, _ = tf2onnx.convert.from_function(model.obj, input_signature=to_tf_specs(inputs),
-                                             opset=opset)
+    proto, _ = tf2onnx.convert.from_function(
+        model.obj, input_signature=to_tf_specs(inputs, model.named_specs), opset=opset)
     return proto
 
 
@@ -334,6 +334,15 @@ def transpose_input_to_nchw(model: ir.Model, name: str) -> None:
     old.replace_all_uses_with(node.outputs[0])
     graph.inputs[index] = new
     graph.insert_before(graph[0], node) if len(graph) else graph.append(node)
+
+
+def load_problem(onnx_model: ir.Model, runner_factory: Callable[[ir.Model], Runner]) -> str:
+    """"" when onnxruntime loads the graph, else why not."""
+    try:
+        runner_factory(onnx_model)
+    except Exception as exc:
+        return f"onnxruntime rejects the graph: {_first_line(exc)}"
+    return ""
 
 
 def parity_problem(ref: Runner, onnx_model: ir.Model, feed: dict[str, np.ndarray],

@@ -39,6 +39,7 @@ class TfModel:
     path: Path | None = None
     signature: str | None = None
     int_high: int = 3
+    named_specs: bool = True  # False: a tf.function whose input_signature has unnamed specs
     tflite_names: dict[str, str] = field(default_factory=dict)  # tensor name -> signature key
 
 
@@ -248,12 +249,26 @@ def embedding_bound(model: Any, default: int = 3) -> int:
 def from_function(fn: Any, source: str) -> TfModel:
     sig = fn.input_signature
     inputs = []
+    named = True
     if sig is not None:
         import tensorflow as tf
 
         flat = tf.nest.flatten(sig)
-        inputs = [_tensor_spec(s.name or f"input_{i}", s) for i, s in enumerate(flat)]
-    return TfModel("function", fn, source, inputs, [])
+        args = _arg_names(fn)
+        named = all(s.name for s in flat)
+        inputs = [_tensor_spec(s.name or (args[i] if i < len(args) else f"input_{i}"), s)
+                  for i, s in enumerate(flat)]
+    return TfModel("function", fn, source, inputs, [], named_specs=named)
+
+
+def _arg_names(fn: Any) -> list[str]:
+    import inspect
+
+    try:
+        params = inspect.signature(fn.python_function).parameters
+    except (AttributeError, TypeError, ValueError):
+        return []
+    return [p for p in params if p != "self"]
 
 
 def _tensor_spec(name: str, spec: Any) -> TensorSpec:
@@ -272,5 +287,12 @@ def _np_name(dtype: Any) -> str:
 
 
 def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0][:300] if text else type(exc).__name__
+    """The telling line of an exception: TF's traced errors start with "in user code:" and a
+    stack, and put the reason last."""
+    lines = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()]
+    if not lines:
+        return type(exc).__name__
+    if lines[0].startswith("in user code") or lines[0].startswith("File "):
+        lines = [ln for ln in lines if not ln.startswith(("File ", "in user code", "return "))]
+        return lines[-1][:300] if lines else type(exc).__name__
+    return lines[0][:300]

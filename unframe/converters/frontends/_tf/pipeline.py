@@ -20,7 +20,9 @@ from unframe.validate.runner import TensorSpec
 
 
 def export(model: TfModel, spec: InputSpec, opset: int, nchw_option: Any,
-           versions: dict[str, str]) -> ExportResult:
+           versions: dict[str, str], self_check: bool = True) -> ExportResult:
+    """``self_check``: accept a route only when its numbers match TensorFlow on one feed (else
+    only when onnxruntime loads it): the caller turns it off when it validates nothing."""
     inputs = resolve_inputs(model, spec)
     if model.kind == "function":
         model.outputs = function_outputs(model, inputs)
@@ -28,9 +30,14 @@ def export(model: TfModel, spec: InputSpec, opset: int, nchw_option: Any,
     tf_feeds = make_feeds(model, inputs, spec)
     feeds = [to_onnx_layout(f, nchw) for f in tf_feeds]
     tried: list[tuple[routes.Attempt, routes.Outcome]] = []
+    finished: dict[int, ir.Model] = {}  # id(proto) -> edited graph, made once per route
+
+    def check(proto: onnx.ModelProto) -> str:
+        finished[id(proto)] = _finish(model, proto, inputs, nchw)
+        return _check(model, finished[id(proto)], inputs, nchw, feeds[0], self_check)
+
     for attempt in routes.attempts(model, inputs, opset):
-        outcome = routes.try_attempt(
-            attempt, lambda proto: _check(model, proto, inputs, nchw, feeds[0]))
+        outcome = routes.try_attempt(attempt, check)
         tried.append((attempt, outcome))
         if outcome.proto is not None and not outcome.problem:
             break
@@ -42,7 +49,7 @@ def export(model: TfModel, spec: InputSpec, opset: int, nchw_option: Any,
         # reports the numbers instead of a vague conversion error.
         tried.append(first_parity)
     chosen, outcome = tried[-1]
-    ir_model = _finish(model, outcome.proto, inputs, nchw)
+    ir_model = finished.get(id(outcome.proto)) or _finish(model, outcome.proto, inputs, nchw)
     notes = list(dict.fromkeys(o.problem for _, o in tried if o.problem))
     if len(tried) > 1:
         notes.append(f"used route {chosen.route}")
@@ -58,9 +65,10 @@ def _finish(model: TfModel, proto: onnx.ModelProto, inputs: Sequence[TensorSpec]
                                                                       "tflite"), nchw)
 
 
-def _check(model: TfModel, proto: onnx.ModelProto, inputs: Sequence[TensorSpec],
-           nchw: Sequence[str], feed: dict[str, np.ndarray]) -> str:
-    candidate = _finish(model, proto, inputs, nchw)
+def _check(model: TfModel, candidate: ir.Model, inputs: Sequence[TensorSpec],
+           nchw: Sequence[str], feed: dict[str, np.ndarray], parity: bool) -> str:
+    if not parity:
+        return routes.load_problem(candidate, OnnxRuntimeRunner)
     ref = make_runner(model, inputs, [v.name for v in candidate.graph.outputs], nchw)
     return routes.parity_problem(ref, candidate, feed, OnnxRuntimeRunner)
 
@@ -71,7 +79,7 @@ def function_outputs(model: TfModel, inputs: Sequence[TensorSpec]) -> list[str]:
 
     from unframe.converters.frontends._tf.signature import to_tf_specs
 
-    concrete = model.obj.get_concrete_function(*to_tf_specs(inputs))
+    concrete = model.obj.get_concrete_function(*to_tf_specs(inputs, model.named_specs))
     structured = concrete.structured_outputs
     if isinstance(structured, dict):
         return [str(k) for k in sorted(structured)]

@@ -8,6 +8,7 @@ channels-last before TensorFlow sees them.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from importlib import metadata
 from typing import Any
@@ -18,6 +19,7 @@ from unframe.converters.frontends._tf.native import TfModel, make_interpreter
 from unframe.validate.runner import Runner, TensorSpec
 
 
+@functools.lru_cache(maxsize=None)
 def _version(*dists: str) -> str:
     for dist in dists:
         try:

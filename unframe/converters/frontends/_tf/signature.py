@@ -77,7 +77,22 @@ def _apply_overrides(model: TfModel, inputs: list[TensorSpec], given: Sequence[T
 def _merge(old: TensorSpec, new: TensorSpec) -> TensorSpec:
     shape = new.shape if new.shape is not None else old.shape
     shape = None if shape is None else tuple(d if isinstance(d, int) else None for d in shape)
+    if not _fits(old.shape, shape):
+        raise UsageError(f"input {old.name!r}: shape {_show(shape)} from --inputs doesn't fit the "
+                         f"model's {_show(old.shape)}", "keep the model's fixed dims")
     return TensorSpec(old.name, shape, new.dtype or old.dtype)
+
+
+def _fits(model_shape: tuple[int | None, ...] | None, shape: tuple[int | None, ...] | None) -> bool:
+    if model_shape is None or shape is None:
+        return True
+    if len(model_shape) != len(shape):
+        return False
+    return all(a is None or b is None or a == b for a, b in zip(model_shape, shape, strict=True))
+
+
+def _show(shape: tuple[Any, ...] | None) -> str:
+    return "?" if shape is None else "(" + ", ".join("?" if d is None else str(d) for d in shape) + ")"
 
 
 def _dynamic_batch(t: TensorSpec) -> TensorSpec:
@@ -177,8 +192,10 @@ def _random(rng: np.random.Generator, shape: tuple[int, ...], dtype: str, int_hi
     return rng.integers(0, max(1, int_high), size=shape).astype(npdt)
 
 
-def to_tf_specs(inputs: Sequence[TensorSpec]) -> list[Any]:
+def to_tf_specs(inputs: Sequence[TensorSpec], named: bool = True) -> list[Any]:
+    """tf.TensorSpecs to trace with. ``named=False`` for a tf.function whose own signature has
+    unnamed specs (TF refuses a named spec there); the export renames the inputs afterwards."""
     import tensorflow as tf
 
     return [tf.TensorSpec(t.shape, tf.string if t.dtype == "str" else tf.as_dtype(t.dtype),
-                          name=t.name) for t in inputs]
+                          name=t.name if named else None) for t in inputs]

@@ -1,0 +1,140 @@
+"""TF/Keras frontend overhead: ``unframe.convert(model, to="onnx", validate=False)`` against the
+bare ``tf2onnx.convert.from_keras`` call on the same Keras models (fresh model per call, same
+input signature, same opset). Prints time and peak-memory ratios; ``run(quick)`` returns rows.
+
+Time is the wall time of the call (median of the repetitions, in one process after a warm-up).
+Peak memory is measured in a fresh process per (model, tool): the peak resident set size during the
+call (sampled every 2 ms) minus the resident set size before it, after imports and a warm-up, so
+it counts TensorFlow's C++ allocations too.
+
+    .venv/bin/python bench/frontends_tf.py [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "converters" / "frontends"))
+
+QUICK = ["small_cnn", "causal_conv1d", "two_io"]
+FULL = ["small_cnn", "tiny_mobilenet", "mobilenet_v2", "text_rnn", "causal_conv1d", "attention",
+        "two_io"]
+
+
+def _time(fn: Callable[[], Any], reps: int) -> float:
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def _peak_child(name: str, tool: str, queue: Any) -> None:
+    import tensorflow  # noqa: F401
+    import tf2onnx  # noqa: F401
+    import tf_models
+
+    import unframe  # noqa: F401
+
+    builders = {**tf_models.BUILDERS, "mobilenet_v2": tf_models.mobilenet_v2}
+    call = (_bare if tool == "bare" else _unframe)(builders[name])
+    _bare(builders["two_io"])()  # warm-up, as in the timing runs
+    peak = [_rss()]
+    start = peak[0]
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            peak[0] = max(peak[0], _rss())
+            time.sleep(0.002)
+
+    thread = threading.Thread(target=sample, daemon=True)
+    thread.start()
+    call()
+    done.set()
+    thread.join()
+    queue.put((max(peak[0], _rss()) - start) / 2**20)
+
+
+def _rss() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def _peak_mib(name: str, tool: str) -> float:
+    """Peak RSS growth of one call, in a fresh process (ru_maxrss only ever grows)."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    proc = ctx.Process(target=_peak_child, args=(name, tool, queue))
+    proc.start()
+    value = queue.get(timeout=900)
+    proc.join()
+    return float(value)
+
+
+def _bare(builder: Callable[[int], Any]) -> Callable[[], Any]:
+    def call() -> Any:
+        import tensorflow as tf
+        import tf2onnx
+
+        model = builder(0)
+        spec = [tf.TensorSpec((None,) + tuple(t.shape[1:]), t.dtype, name=t.name)
+                for t in model.inputs]
+        return tf2onnx.convert.from_keras(model, input_signature=spec, opset=18)
+
+    return call
+
+
+def _unframe(builder: Callable[[int], Any]) -> Callable[[], Any]:
+    def call() -> Any:
+        import unframe
+
+        return unframe.convert(builder(0), to="onnx", validate=False)
+
+    return call
+
+
+def run(quick: bool) -> list[dict]:
+    import tf_models
+
+    names = QUICK if quick else FULL
+    reps = 1 if quick else 3
+    builders = {**tf_models.BUILDERS, "mobilenet_v2": tf_models.mobilenet_v2}
+    _bare(builders["two_io"])()  # warm-up: TF graph machinery, tf2onnx import
+    _unframe(builders["two_io"])()
+    rows = []
+    for name in names:
+        bare_t = _time(_bare(builders[name]), reps)
+        uf_t = _time(_unframe(builders[name]), reps)
+        bare_m, uf_m = _peak_mib(name, "bare"), _peak_mib(name, "unframe")
+        rows.append({"model": name, "tf2onnx_s": bare_t, "unframe_s": uf_t,
+                     "time_ratio": uf_t / bare_t, "tf2onnx_MiB": bare_m, "unframe_MiB": uf_m,
+                     "mem_ratio": uf_m / bare_m if bare_m else float("nan")})
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args()
+    rows = run(args.quick)
+    keys = list(rows[0])
+    print("  ".join(f"{k:>14}" for k in keys))
+    for r in rows:
+        print("  ".join(f"{v:>14.3f}" if isinstance(v, float) else f"{v:>14}" for v in r.values()))
+
+
+if __name__ == "__main__":
+    main()
