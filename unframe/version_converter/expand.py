@@ -35,9 +35,10 @@ def function_body(node: ir.Node, schema: OpSchema) -> onnx.FunctionProto:
             if v is None:
                 types.append(onnx.TypeProto().SerializeToString())
                 continue
-            if v.type is None:
+            type_ = _type_of(v)
+            if type_ is None:
                 raise Refused(f"expanding {node.op_type} needs the type of input {v.name!r}")
-            types.append(ir.serde.serialize_type(v.type).SerializeToString())
+            types.append(ir.serde.serialize_type(type_).SerializeToString())
         node_bytes = ir.serde.serialize_node(node).SerializeToString()
         versions = sorted(schema.context_dependent_function_opset_versions) or [schema.since_version]
         for version in versions:
@@ -50,6 +51,18 @@ def function_body(node: ir.Node, schema: OpSchema) -> onnx.FunctionProto:
         raise Refused(f"{node.op_type} has no function body for this node")
     raise Refused(f"{node.op_type}-{schema.since_version} has no function body to expand below opset "
                   f"{schema.since_version}")
+
+
+def _type_of(value: ir.Value) -> ir.TypeProtocol | None:
+    """The value's type, or the type of the tensor when a Constant (e.g. from an expansion) makes it."""
+    if value.type is not None:
+        return value.type
+    producer = value.producer()
+    if producer is not None and producer.op_type == "Constant" and "value" in producer.attributes:
+        return ir.TensorType(producer.attributes["value"].value.dtype)
+    if producer is not None and producer.op_type == "Cast" and "to" in producer.attributes:
+        return ir.TensorType(ir.DataType(producer.attributes["to"].value))
+    return None
 
 
 def _attribute(proto: onnx.AttributeProto, node: ir.Node, schema: OpSchema) -> ir.Attr | None:

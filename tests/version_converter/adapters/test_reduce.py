@@ -12,6 +12,13 @@ PAIRS: list[tuple[str, list[int], tuple[str, ...]]] = [
     ("test_reduce_sum_empty_axes_input_noop_example", [12], ("axes",)),
     ("test_reduce_max_keepdims_example", [13, 9, 18], ("axes",)),
     ("test_reduce_log_sum_exp_keepdims_example", [17, 18], ("axes",)),
+    ("test_reduce_l1_keep_dims_example", [17, 18], ("axes",)),
+    ("test_reduce_l2_keep_dims_example", [17, 18], ("axes",)),
+    ("test_reduce_log_sum_asc_axes", [17, 18], ("axes",)),
+    ("test_reduce_min_keepdims_example", [17, 18], ("axes",)),
+    ("test_reduce_prod_keepdims_example", [17, 18], ("axes",)),
+    ("test_reduce_sum_square_keepdims_example", [17, 18], ("axes",)),
+    ("test_reduce_mean_default_axes_keepdims_example", [17, 18], ("axes",)),
 ]
 
 
