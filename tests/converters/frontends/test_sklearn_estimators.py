@@ -58,9 +58,21 @@ def _lgbm() -> Any:
 
 def cases() -> list[tuple[str, Callable[[], Any], str, str]]:
     """(id, factory, X kind, y kind)."""
-    from sklearn import (cluster, decomposition, ensemble, gaussian_process, impute, isotonic,
-                         linear_model, naive_bayes, neighbors, neural_network, preprocessing, svm,
-                         tree)
+    from sklearn import (
+        cluster,
+        decomposition,
+        ensemble,
+        gaussian_process,
+        impute,
+        isotonic,
+        linear_model,
+        naive_bayes,
+        neighbors,
+        neural_network,
+        preprocessing,
+        svm,
+        tree,
+    )
 
     return [
         ("LogisticRegression", lambda: linear_model.LogisticRegression(), "x", "multi"),
@@ -169,9 +181,11 @@ def test_extensions_are_noted_and_domain_free() -> None:
 def test_why_skl2onnx_hist_gradient_boosting_fails() -> None:
     """The gap the extension fills: skl2onnx's tree walker mixes Python bools into an INT list."""
     import onnx
+    from skl2onnx.common.tree_ensemble import (
+        add_tree_to_attribute_pairs_hist_gradient_boosting,
+        get_default_tree_regressor_attribute_pairs,
+    )
     from sklearn.ensemble import HistGradientBoostingRegressor
-    from skl2onnx.common.tree_ensemble import (add_tree_to_attribute_pairs_hist_gradient_boosting,
-                                              get_default_tree_regressor_attribute_pairs)
 
     model = HistGradientBoostingRegressor(max_iter=2).fit(X, Y_REG)
     attrs = get_default_tree_regressor_attribute_pairs()

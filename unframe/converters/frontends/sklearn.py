@@ -82,7 +82,7 @@ class SklearnFrontend(Frontend):
             notes=conv.notes + _how_notes(native), feeds=feeds,
             exact_outputs=_exact_outputs(native, conv), tolerances=_tolerances(native, conv),
             extra={"precision": "double" if conv.double else "float", "input_plan": plan,
-                   "methods": dict(zip(conv.output_names, conv.methods)),
+                   "methods": dict(zip(conv.output_names, conv.methods, strict=False)),
                    "converted_by": ex.converted_by(native)})
 
     def runner(self, native: Any, export: ExportResult) -> Runner:
@@ -118,7 +118,7 @@ def _exact_outputs(native: Any, conv: Any) -> list[str]:
 
     if not is_label(native):
         return []
-    return [n for n, m in zip(conv.output_names, conv.methods) if m == PREDICT]
+    return [n for n, m in zip(conv.output_names, conv.methods, strict=False) if m == PREDICT]
 
 
 def _tolerances(native: Any, conv: Any) -> dict[str, tuple[float, float]]:
@@ -128,7 +128,7 @@ def _tolerances(native: Any, conv: Any) -> dict[str, tuple[float, float]]:
 
     if conv.double or type(final_estimator(native)).__name__ != "GaussianProcessClassifier":
         return {}
-    return {n: (1e-3, 1e-3) for n, m in zip(conv.output_names, conv.methods) if m != "predict"}
+    return {n: (1e-3, 1e-3) for n, m in zip(conv.output_names, conv.methods, strict=False) if m != "predict"}
 
 
 def _how_notes(native: Any) -> list[str]:

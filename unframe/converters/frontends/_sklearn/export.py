@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from importlib import metadata
 from typing import Any
 
 import numpy as np
@@ -22,8 +21,8 @@ from unframe.converters.frontends._sklearn import inputs as inputs_mod
 from unframe.converters.frontends._sklearn.converters import EXTENSIONS, ONNXMLTOOLS, register_all
 from unframe.converters.frontends._sklearn.converters.hist_gradient_boosting import fix_ml_opset
 from unframe.converters.frontends._sklearn.inputs import InputPlan, walk
-from unframe.converters.frontends._sklearn.runner import PREDICT, SklearnRunner, output_methods
-from unframe.errors import (Blocker, ConversionError, InputError, UnsupportedError, UsageError)
+from unframe.converters.frontends._sklearn.runner import PREDICT, SklearnRunner, dist_version, output_methods
+from unframe.errors import Blocker, ConversionError, InputError, UnsupportedError, UsageError
 from unframe.validate import tolerances
 from unframe.validate.compare import compare_arrays
 
@@ -134,8 +133,7 @@ def no_converter_error(model: Any, message: str, source: str) -> UnsupportedErro
 def preflight(model: Any, source: str) -> None:
     """Refuse what unframe's converters can't express, naming every estimator, before skl2onnx
     runs (skl2onnx would wrap the reason in a generic error)."""
-    from unframe.converters.frontends._sklearn.converters.hist_gradient_boosting import (
-        check_supported)
+    from unframe.converters.frontends._sklearn.converters.hist_gradient_boosting import check_supported
 
     blockers = []
     for est in walk(model):
@@ -170,7 +168,7 @@ def float_mismatch(model: Any, plan: InputPlan, conv: Conversion) -> str:
     ref = SklearnRunner(model, plan, conv.methods, conv.output_names).run(exact_feed)
     got = OnnxRuntimeRunner(conv.proto).run(float_feed)
     problems = []
-    for name, method in zip(conv.output_names, conv.methods):
+    for name, method in zip(conv.output_names, conv.methods, strict=False):
         if _is_map_sequence(got[name]):
             continue
         atol, rtol = (0.0, 0.0) if method == PREDICT and is_label(model) else \
@@ -201,12 +199,9 @@ def choose_route(model: Any, plan: InputPlan, precision: str, *, opset: int, zip
     if precision == "double":
         return _double_or_raise(model, plan, opset, zipmap, source)
     conv = convert_route(model, plan, double=False, opset=opset, zipmap=zipmap, source=source)
-    why = float_mismatch(model, plan, conv)
     if precision == "float":
-        if why:
-            conv.notes.append(f"float32 changes scikit-learn's results on the parity inputs "
-                              f"({why}); precision double keeps them")
         return conv
+    why = float_mismatch(model, plan, conv)
     if not why:
         conv.notes.append("precision auto: float32 reproduces scikit-learn on the parity inputs")
         return conv
@@ -257,13 +252,8 @@ def tool_versions(model: Any) -> dict[str, str]:
         dists.append("onnxmltools")
         dists += [lib for lib in ("xgboost", "lightgbm")
                   if any(type(e).__module__.startswith(lib) for e in walk(model))]
-    out = {}
-    for d in dists:
-        try:
-            out[d] = metadata.version(d)
-        except metadata.PackageNotFoundError:
-            pass
-    return out
+    return {d: v for d in dists if (v := dist_version(d))}
+
 
 
 def _first_line(exc: BaseException) -> str:

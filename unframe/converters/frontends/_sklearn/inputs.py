@@ -36,13 +36,17 @@ class InputPlan:
     categories: dict[str, list[Any]] = field(default_factory=dict)  # per column, for generation
 
     def initial_types(self, double: bool) -> list[tuple[str, Any]]:
-        from skl2onnx.common.data_types import (DoubleTensorType, FloatTensorType,
-                                                Int64TensorType, StringTensorType)
+        from skl2onnx.common.data_types import (
+            DoubleTensorType,
+            FloatTensorType,
+            Int64TensorType,
+            StringTensorType,
+        )
 
         real = DoubleTensorType if double else FloatTensorType
         by_kind = {FLOAT: real, INT: Int64TensorType, STR: StringTensorType}
         width = self.n_features if self.layout == "matrix" else 1
-        return [(name, by_kind[kind]([self.batch, width])) for name, kind in zip(self.names, self.kinds)]
+        return [(name, by_kind[kind]([self.batch, width])) for name, kind in zip(self.names, self.kinds, strict=False)]
 
 
 def _is_dataframe(obj: Any) -> bool:
@@ -179,7 +183,7 @@ def _column_kinds_from_encoders(model: Any, names: list[str]) -> tuple[list[str]
             col_names = [names[c] if isinstance(c, (int, np.integer)) else str(c)
                          for c in np.atleast_1d(cols)]
             for sub in walk(trans):
-                for col, cats in zip(col_names, getattr(sub, "categories_", []) or []):
+                for col, cats in zip(col_names, getattr(sub, "categories_", []) or [], strict=False):
                     cats = np.asarray(cats)
                     if cats.dtype.kind in "OUS":
                         kinds[col] = STR
@@ -217,7 +221,7 @@ def _feed_from_samples(plan: InputPlan, double: bool) -> dict[str, np.ndarray]:
         arr = arr.astype(object) if plan.kinds[0] == STR else arr.astype(real)
         return {plan.names[0]: arr}
     df = plan.samples
-    return {name: _column_array(df[name], kind, real) for name, kind in zip(plan.names, plan.kinds)}
+    return {name: _column_array(df[name], kind, real) for name, kind in zip(plan.names, plan.kinds, strict=False)}
 
 
 def _column_array(series: Any, kind: str, real: type) -> np.ndarray:
@@ -236,7 +240,7 @@ def generated_feeds(plan: InputPlan, double: bool, seed: int = 0,
         rng = np.random.default_rng(seed + i)
         feed: dict[str, np.ndarray] = {}
         width = plan.n_features if plan.layout == "matrix" else 1
-        for name, kind in zip(plan.names, plan.kinds):
+        for name, kind in zip(plan.names, plan.kinds, strict=False):
             if kind == STR:
                 choices = plan.categories.get(name) or ["a", "b", "c"]
                 feed[name] = rng.choice(np.array(choices, dtype=object), size=(n, width))
@@ -258,7 +262,7 @@ def to_sklearn_input(plan: InputPlan, feed: dict[str, np.ndarray]) -> Any:
     import pandas as pd
 
     data = {}
-    for name, kind in zip(plan.names, plan.kinds):
+    for name, kind in zip(plan.names, plan.kinds, strict=False):
         col = np.asarray(feed[name]).reshape(-1)
         data[name] = col.astype(np.float64) if kind == FLOAT else col.astype(np.int64) \
             if kind == INT else col.astype(object)

@@ -12,6 +12,7 @@ skl2onnx's output conventions, which the reference follows:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from importlib import metadata
 from typing import Any
@@ -59,7 +60,7 @@ def call(model: Any, method: str, x: Any) -> np.ndarray:
     if method == PROBA_ZIPMAP:  # ZipMap's layout: one {class: probability} dict per row
         classes = final_estimator(model).classes_
         rows = _proba_or_decision(model, x)
-        return np.array([{_plain(c): float(p) for c, p in zip(classes, row)} for row in rows],
+        return np.array([{_plain(c): float(p) for c, p in zip(classes, row, strict=False)} for row in rows],
                         dtype=object)
     if method in (DECISION_2COL, DECISION_SVC):
         d = np.asarray(model.decision_function(x)).reshape(-1, 1)
@@ -92,18 +93,20 @@ class SklearnRunner(Runner):
 
     def __init__(self, model: Any, plan: InputPlan, methods: list[str], output_names: list[str]):
         self.model, self.plan, self.methods, self.names = model, plan, methods, output_names
-        self.name = f"scikit-learn {_version('scikit-learn')}"
+        self.name = f"scikit-learn {dist_version('scikit-learn') or '?'}"
 
     def output_names(self) -> list[str]:
         return list(self.names)
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         x = to_sklearn_input(self.plan, dict(feeds))
-        return {name: call(self.model, method, x) for name, method in zip(self.names, self.methods)}
+        return {name: call(self.model, method, x) for name, method in zip(self.names, self.methods, strict=False)}
 
 
-def _version(dist: str) -> str:
+@functools.cache
+def dist_version(dist: str) -> str:
+    """Installed version ('' when absent), cached: reading package metadata costs ~1 ms a call."""
     try:
         return metadata.version(dist)
     except metadata.PackageNotFoundError:
-        return "?"
+        return ""

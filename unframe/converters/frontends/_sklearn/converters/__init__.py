@@ -7,8 +7,12 @@ from __future__ import annotations
 
 import threading
 
-from unframe.converters.frontends._sklearn.converters import (boosting_libs, gaussian_process,
-                                                              hist_gradient_boosting, isotonic)
+from unframe.converters.frontends._sklearn.converters import (
+    boosting_libs,
+    gaussian_process,
+    hist_gradient_boosting,
+    isotonic,
+)
 
 # (class name, module path) of every estimator unframe's own converters handle.
 EXTENSIONS: list[tuple[str, str]] = [

@@ -22,8 +22,10 @@ def available() -> dict[str, bool]:
 def _register_pair(classifier: type, regressor: type, prefix: str, convert: Callable[..., Any]
                    ) -> None:
     from skl2onnx import update_registered_converter
-    from skl2onnx.common.shape_calculator import (calculate_linear_classifier_output_shapes,
-                                                  calculate_linear_regressor_output_shapes)
+    from skl2onnx.common.shape_calculator import (
+        calculate_linear_classifier_output_shapes,
+        calculate_linear_regressor_output_shapes,
+    )
 
     update_registered_converter(classifier, f"{prefix}{classifier.__name__}",
                                 calculate_linear_classifier_output_shapes, convert,

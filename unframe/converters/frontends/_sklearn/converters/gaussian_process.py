@@ -22,18 +22,25 @@ from typing import Any
 
 import numpy as np
 
-
 _KEEP_ALIVE: list[np.ndarray] = []
 
 
 def _laplace_probability(est: Any, kernel: Any, x: Any, dtype: type, opv: int) -> tuple[Any, Any]:
     """(f_star [N,1], pi_star [N,1]) of one _BinaryGaussianProcessClassifierLaplace."""
     from scipy.linalg import solve_triangular
-    from sklearn.gaussian_process._gpc import COEFS, LAMBDAS
-    from skl2onnx.algebra.onnx_ops import (OnnxAdd, OnnxDiv, OnnxMatMul, OnnxMul,
-                                           OnnxReduceSumApi11, OnnxReshapeApi13, OnnxSqrt,
-                                           OnnxSub, OnnxTranspose)
+    from skl2onnx.algebra.onnx_ops import (
+        OnnxAdd,
+        OnnxDiv,
+        OnnxMatMul,
+        OnnxMul,
+        OnnxReduceSumApi11,
+        OnnxReshapeApi13,
+        OnnxSqrt,
+        OnnxSub,
+        OnnxTranspose,
+    )
     from skl2onnx.operator_converters._gp_kernels import convert_kernel, convert_kernel_diag
+    from sklearn.gaussian_process._gpc import COEFS, LAMBDAS
 
     k_star_t = convert_kernel(kernel, x, x_train=est.X_train_.astype(dtype), dtype=dtype,
                               op_version=opv)
@@ -83,9 +90,19 @@ def _erf(x: Any, dtype: type, opv: int) -> Any:
 
     with the terms as exp(n*log(2x^2) - log((2n+1)!!)), error ~2e-14."""
     from scipy.special import gammaln
-    from skl2onnx.algebra.onnx_ops import (OnnxClip, OnnxEqual, OnnxErf, OnnxExp, OnnxLog,
-                                           OnnxMul, OnnxNeg, OnnxReduceSumApi11, OnnxSub,
-                                           OnnxUnsqueeze, OnnxWhere)
+    from skl2onnx.algebra.onnx_ops import (
+        OnnxClip,
+        OnnxEqual,
+        OnnxErf,
+        OnnxExp,
+        OnnxLog,
+        OnnxMul,
+        OnnxNeg,
+        OnnxReduceSumApi11,
+        OnnxSub,
+        OnnxUnsqueeze,
+        OnnxWhere,
+    )
 
     if dtype != np.float64:
         return OnnxErf(x, op_version=opv)
@@ -116,9 +133,18 @@ def _label_table(classes: np.ndarray) -> np.ndarray:
 
 def convert_gpc(scope: Any, operator: Any, container: Any) -> None:
     from onnx import TensorProto
-    from skl2onnx.algebra.onnx_ops import (OnnxArgMax, OnnxCast, OnnxConcat, OnnxDiv, OnnxGather,
-                                           OnnxGreater, OnnxIdentity, OnnxReduceSumApi11,
-                                           OnnxReshapeApi13, OnnxSub)
+    from skl2onnx.algebra.onnx_ops import (
+        OnnxArgMax,
+        OnnxCast,
+        OnnxConcat,
+        OnnxDiv,
+        OnnxGather,
+        OnnxGreater,
+        OnnxIdentity,
+        OnnxReduceSumApi11,
+        OnnxReshapeApi13,
+        OnnxSub,
+    )
     from skl2onnx.common.data_types import guess_numpy_type
 
     model = operator.raw_operator
@@ -152,9 +178,9 @@ def convert_gpc(scope: Any, operator: Any, container: Any) -> None:
 
 
 def register() -> None:
-    from sklearn.gaussian_process import GaussianProcessClassifier
     from skl2onnx import update_registered_converter
     from skl2onnx.common.shape_calculator import calculate_linear_classifier_output_shapes
+    from sklearn.gaussian_process import GaussianProcessClassifier
 
     update_registered_converter(
         GaussianProcessClassifier, "UnframeGaussianProcessClassifier",

@@ -270,10 +270,12 @@ def add_labels(scope: Any, container: Any, probs: str, label: str, classes: np.n
 
 
 def register() -> None:
-    from sklearn.ensemble import HistGradientBoostingClassifier, HistGradientBoostingRegressor
     from skl2onnx import update_registered_converter
-    from skl2onnx.common.shape_calculator import (calculate_linear_classifier_output_shapes,
-                                                  calculate_linear_regressor_output_shapes)
+    from skl2onnx.common.shape_calculator import (
+        calculate_linear_classifier_output_shapes,
+        calculate_linear_regressor_output_shapes,
+    )
+    from sklearn.ensemble import HistGradientBoostingClassifier, HistGradientBoostingRegressor
 
     update_registered_converter(
         HistGradientBoostingClassifier, "UnframeHistGradientBoostingClassifier",

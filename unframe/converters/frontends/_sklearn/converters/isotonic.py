@@ -94,9 +94,9 @@ def convert_isotonic(scope: Any, operator: Any, container: Any) -> None:
 
 
 def register() -> None:
-    from sklearn.isotonic import IsotonicRegression
     from skl2onnx import update_registered_converter
     from skl2onnx.common.shape_calculator import calculate_linear_regressor_output_shapes
+    from sklearn.isotonic import IsotonicRegression
 
     update_registered_converter(IsotonicRegression, "UnframeIsotonicRegression",
                                 calculate_linear_regressor_output_shapes, convert_isotonic)
