@@ -1,0 +1,122 @@
+"""Bad input to the torch frontend: one-line typed errors that say what to do; the exporter
+fallback; the external-data path for models past 2 GB (exercised with a lowered threshold)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx_ir as ir
+import pytest
+
+torch = pytest.importorskip("torch", reason="needs torch")
+pytest.importorskip("onnxscript", reason="needs onnxscript (torch.onnx dynamo exporter)")
+
+import torch_models as tm  # noqa: E402
+
+from unframe import io  # noqa: E402
+from unframe.converters.base import ConvertOptions, InputSpec  # noqa: E402
+from unframe.converters.frontends._torch import export as exp  # noqa: E402
+from unframe.converters.registry import FRONTENDS  # noqa: E402
+from unframe.errors import ConversionError, InputError, UsageError  # noqa: E402
+from unframe.validate.onnxruntime import OnnxRuntimeRunner  # noqa: E402
+
+
+def to_onnx(model: Any, samples: Any, static: bool = False, dynamic: Any = (),
+            **options: Any) -> Any:
+    fe = FRONTENDS.get("torch")
+    opts = ConvertOptions(options=options)
+    native = fe.load(model, opts)
+    return native, fe.to_onnx(native, InputSpec(samples=samples, static=static,
+                                                dynamic=list(dynamic)), opts)
+
+
+def x4(batch: int = 2) -> Any:
+    return torch.randn(batch, 4, generator=torch.Generator().manual_seed(3))
+
+
+def test_data_dependent_control_flow_with_dynamo_forced() -> None:
+    with pytest.raises(ConversionError) as info:
+        to_onnx(tm.seeded(tm.DataDependent), x4(), exporter="dynamo")
+    text = str(info.value)
+    assert "\n" not in text
+    assert "data-dependent control flow" in text
+    assert "DataDependent" in text and "torch_models.py" in text and "y.sum() > 0" in text
+    assert "--exporter torchscript" in info.value.hint
+
+
+def test_data_dependent_control_flow_falls_back_to_torchscript() -> None:
+    native, result = to_onnx(tm.seeded(tm.DataDependent), x4(), static=True)
+    assert result.route == "torchscript"
+    note = next(n for n in result.notes if "retried with the TorchScript exporter" in n)
+    assert "data-dependent" in note and "branch the samples take" in note
+    ref, ort = FRONTENDS.get("torch").runner(native, result), OnnxRuntimeRunner(result.model)
+    feed = result.feeds[0]
+    np.testing.assert_allclose(ort.run(feed)["output_0"], ref.run(feed)["output_0"], atol=1e-6)
+
+
+def test_wrong_number_of_sample_inputs() -> None:
+    with pytest.raises(InputError) as info:
+        to_onnx(tm.make_two_inputs(), x4())
+    assert "don't match TwoInputs.forward(x" in str(info.value)
+    assert "missing a required argument: 'y'" in str(info.value)
+
+
+def test_sample_inputs_of_the_wrong_shape() -> None:
+    with pytest.raises(InputError) as info:
+        to_onnx(tm.make_two_inputs(), (torch.ones(2, 5), torch.ones(2, 3)))
+    assert "running TwoInputs on the sample inputs failed" in str(info.value)
+    assert "shapes" in info.value.hint
+
+
+def test_sample_dict_keys_that_are_not_parameters() -> None:
+    # Keys that aren't parameter names are taken as one dict argument, which TwoInputs lacks.
+    with pytest.raises(InputError, match="sample inputs don't match"):
+        to_onnx(tm.make_two_inputs(), {"a": torch.ones(2, 4), "b": torch.ones(2, 3)})
+
+
+def test_no_sample_inputs() -> None:
+    with pytest.raises(UsageError, match="need example inputs"):
+        to_onnx(tm.make_two_inputs(), None)
+
+
+def test_unknown_exporter_and_bad_dynamic_axis() -> None:
+    with pytest.raises(UsageError, match="unknown exporter"):
+        to_onnx(tm.make_two_inputs(), (x4(), torch.ones(2, 3)), exporter="tflite")
+    with pytest.raises(UsageError, match="has no input 'z'"):
+        to_onnx(tm.make_two_inputs(), (x4(), torch.ones(2, 3)), dynamic=[("z", 1, None)])
+    with pytest.raises(UsageError, match="only 2 axes"):
+        to_onnx(tm.make_two_inputs(), (x4(), torch.ones(2, 3)), dynamic=[("x", 3, None)])
+
+
+def test_output_names_of_the_wrong_length() -> None:
+    with pytest.raises(UsageError, match="gives 2 names but the model has 1"):
+        to_onnx(tm.make_two_inputs(), (x4(), torch.ones(2, 3)), output_names=["a", "b"])
+
+
+def test_not_a_torch_object() -> None:
+    with pytest.raises(UsageError, match="can't take a list"):
+        FRONTENDS.get("torch").load([1, 2], ConvertOptions())
+
+
+@pytest.mark.parametrize("exporter", ["torchscript", "dynamo"])
+def test_weights_past_the_threshold_go_to_external_data(exporter: str, tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    # The real threshold is ~1.8 GB; lowering it runs the same path on a small model.
+    monkeypatch.setattr(exp, "EXTERNAL_DATA_THRESHOLD", 1000)
+    torch.manual_seed(0)
+    mlp = torch.nn.Sequential(torch.nn.Linear(4, 64), torch.nn.ReLU(), torch.nn.Linear(64, 3))
+    native, result = to_onnx(mlp, x4(), exporter=exporter)
+    big = [v for v in result.model.graph.initializers.values() if v.const_value.nbytes > 256]
+    assert big and all(isinstance(v.const_value, ir.ExternalTensor) for v in big)
+    assert any("external data" in n for n in result.notes)
+    assert Path(result.extra["workdir"].name).is_dir()
+    ref, ort = FRONTENDS.get("torch").runner(native, result), OnnxRuntimeRunner(result.model)
+    for feed in result.feeds:
+        np.testing.assert_allclose(ort.run(feed)["output_0"], ref.run(feed)["output_0"], atol=1e-6)
+    written = io.save_model(result.model, tmp_path / "out.onnx", external_data=True)
+    assert any(p.suffix == ".data" or p.name.endswith(".data") for p in written)
+    reloaded = OnnxRuntimeRunner(tmp_path / "out.onnx")
+    feed = result.feeds[0]
+    np.testing.assert_allclose(reloaded.run(feed)["output_0"], ref.run(feed)["output_0"], atol=1e-6)
