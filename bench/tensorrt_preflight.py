@@ -106,7 +106,7 @@ def run(limit: int | None, build: int) -> dict[str, Any]:
         model = case.model
         op = case_op(case.name, model)
         try:
-            blockers = preflight.check(ir.from_proto(model))
+            blockers = preflight.check(ir.from_proto(model), trt.__name__)
         except Exception as exc:  # a pre-flight crash is a finding, not a skipped case
             blockers = None
             crash = f"{type(exc).__name__}: {exc}"

@@ -302,3 +302,11 @@ def test_importing_the_backend_imports_no_tensorrt():
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "[]"
+
+
+def test_plugin_ops_block_only_under_tensorrt_rtx():
+    node = helper.make_node("RoiAlign", ["x", "rois", "idx"], ["y"], name="roi")
+    model = one_node(node, [vi("x", [1, 1, 8, 8]), vi("rois", [2, 4]), vi("idx", [2], I64)],
+                     [vi("y", None)])
+    assert preflight.check(model, "tensorrt") == []
+    assert ["plugin" in b.reason for b in preflight.check(model, "tensorrt_rtx")] == [True]

@@ -60,7 +60,7 @@ class CheckReport:
 
 def check_report(model: ir.Model, ask_parser: bool = True) -> CheckReport:
     """Table blockers, plus (when a TensorRT module imports) the parser's own refusals."""
-    blockers = preflight.check(model)
+    blockers = preflight.check(model, trtmodule.installed_flavour())
     verdict = preflight.parser_verdict(model) if ask_parser else None
     if verdict is None:
         return CheckReport(blockers)

@@ -121,14 +121,26 @@ class Context:
         return all(self.is_static(v) for v in node.inputs)
 
 
-def check(model: ir.Model) -> list[Blocker]:
-    """Every blocker of ``model`` for TensorRT's ONNX parser, in graph order."""
+# Ops the parser implements with TensorRT plugins, which TensorRT-RTX does not ship (measured:
+# "plugin not found" from tensorrt_rtx 1.7's parser for each).
+PLUGIN_OPS = frozenset({"DeformConv", "RoiAlign", "LinearAttention", "CausalConvWithState"})
+
+
+def check(model: ir.Model, flavour: str | None = None) -> list[Blocker]:
+    """Every blocker of ``model`` for TensorRT's ONNX parser, in graph order. ``flavour``
+    ("tensorrt" / "tensorrt_rtx", when known) adds what only that flavour lacks."""
     ctx = Context(dtypes=infer_dtypes(model),
                   graph_inputs={v.name for v in model.graph.inputs if v.name},
                   opset=model.opset_imports.get("", model.opset_imports.get("ai.onnx", 18)))
     blockers: list[Blocker] = []
     for node in ir.traversal.RecursiveGraphIterator(model.graph):
-        blockers.extend(check_node(node, ctx))
+        found = check_node(node, ctx)
+        if not found and flavour == "tensorrt_rtx" and node.op_type in PLUGIN_OPS \
+                and node.domain in DEFAULT_DOMAINS:
+            found = [Blocker(node.op_type, "TensorRT implements it with a plugin, and "
+                             "TensorRT-RTX ships no plugin library", node.name or "", "",
+                             "build with NVIDIA's full tensorrt package instead")]
+        blockers.extend(found)
     return blockers
 
 
