@@ -326,3 +326,18 @@ def test_sdpa_matches_torch() -> None:
         query=a, key=b, value=c, attn_mask=mask), q, k, v, opset=18)
     want = F.scaled_dot_product_attention(t(q), t(k), t(v), attn_mask=t(mask))
     np.testing.assert_allclose(got, want.numpy(), rtol=1e-5, atol=1e-5)
+
+
+@covers("fill_like", "reshape_like", "slice_update")
+def test_shape_driven_ops_against_numpy() -> None:
+    x, ref, upd = rand(31, 2, 3, 4), rand(32, 6, 1, 4), rand(33, 2, 2)
+    got_fill, got_reshape, got_update = evaluate_one("slice_update", lambda v, r, u: (
+        mb.fill_like(ref_tensor=r, value=np.float32(2.5)),
+        mb.reshape_like(x=v, ref_tensors=(r, v), begins=(0, 2), ends=(1, 3), end_masks=(False, True)),
+        mb.slice_update(x=v, update=u, begin=[1, 0, 1], end=[2, 3, 4], stride=[1, 2, 2],
+                        squeeze_mask=[True, False, False])), x, ref, upd, opset=18)
+    np.testing.assert_array_equal(got_fill, np.full(ref.shape, 2.5, np.float32))
+    np.testing.assert_array_equal(got_reshape, x.reshape(6, 4))
+    want = x.copy()
+    want[1, 0:3:2, 1:4:2] = upd
+    np.testing.assert_array_equal(got_update, want)
