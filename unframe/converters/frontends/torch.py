@@ -19,7 +19,7 @@ import onnx_ir as ir
 from unframe.converters.base import ConvertOptions, ExportResult, Frontend, InputSpec
 from unframe.converters.frontends._torch import export as exp
 from unframe.converters.frontends._torch import inputs as inp
-from unframe.converters.frontends._torch.runner import TorchRunner, callable_of, flat_outputs, run_model
+from unframe.converters.frontends._torch.runner import TorchRunner, callable_of, run_model
 from unframe.converters.frontends._torch.sources import is_factory_ref, load_factory, load_path
 from unframe.converters.registry import register_frontend
 from unframe.errors import ConversionError, UsageError
@@ -169,7 +169,7 @@ class TorchFrontend(Frontend):
                 f"{what}: the exported graph has {len(graph_inputs)} inputs for "
                 f"{len(inputs.names)} input tensors (an input is unused or was folded)",
                 "remove unused inputs, or pass only the inputs the model uses")
-        renamed = {old: v.name for old, v in zip(inputs.names, graph_inputs)}
+        renamed = {old: v.name for old, v in zip(inputs.names, graph_inputs, strict=True)}
         inputs.dynamic = {renamed[n]: axes for n, axes in inputs.dynamic.items()}
         inputs.names = [v.name for v in graph_inputs]
         if len(model.graph.outputs) != len(outputs):

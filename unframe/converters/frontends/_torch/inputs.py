@@ -260,7 +260,7 @@ def _unique(name: str, taken: list[str]) -> str:
 
 # ------------------------------------------------------------------------------ dynamic axes --
 def _decide_dynamic(inputs: ModelInputs, spec: InputSpec) -> None:
-    tensors = dict(zip(inputs.names, inputs.tensor_leaves()))
+    tensors = dict(zip(inputs.names, inputs.tensor_leaves(), strict=True))
     if not spec.static:
         batched = [t for t in tensors.values() if t.dim() >= 1]
         if batched:
@@ -304,12 +304,11 @@ def dynamic_shapes(inputs: ModelInputs, model: Any) -> Any:
 def export_example(inputs: ModelInputs) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """The inputs to trace with: a batch of 1 is repeated to 2, since torch.export specializes
     size-1 dims and the batch would come out static."""
-    import torch
 
     if inputs.batch != 1:
         return inputs.args, inputs.kwargs
     grown = {name: (t.repeat(2, *([1] * (t.dim() - 1))) if 0 in inputs.dynamic.get(name, {}) else t)
-             for name, t in zip(inputs.names, inputs.tensor_leaves())}
+             for name, t in zip(inputs.names, inputs.tensor_leaves(), strict=True)}
     return inputs.rebuild(grown)
 
 
@@ -317,7 +316,7 @@ def export_example(inputs: ModelInputs) -> tuple[tuple[Any, ...], dict[str, Any]
 def feeds(inputs: ModelInputs, batch_is_dynamic: bool, seed: int = 0) -> list[dict[str, np.ndarray]]:
     """The samples as numpy feeds, plus the same rows at another batch size when the exported
     batch axis is dynamic (rows are re-drawn from the samples so integer inputs stay valid)."""
-    first = {n: t.detach().cpu().numpy() for n, t in zip(inputs.names, inputs.tensor_leaves())}
+    first = {n: t.detach().cpu().numpy() for n, t in zip(inputs.names, inputs.tensor_leaves(), strict=True)}
     if not batch_is_dynamic or inputs.batch is None:
         return [first]
     size = inputs.batch + 1 if inputs.batch > 1 else 3

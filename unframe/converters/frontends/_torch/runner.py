@@ -53,7 +53,7 @@ class TorchRunner(Runner):
 
     def input_specs(self) -> list[TensorSpec]:
         return [TensorSpec(n, tuple(int(d) for d in t.shape), str(t.dtype).removeprefix("torch."))
-                for n, t in zip(self._inputs.names, self._inputs.tensor_leaves())]
+                for n, t in zip(self._inputs.names, self._inputs.tensor_leaves(), strict=True)]
 
     def output_names(self) -> list[str]:
         return list(self._outputs)
@@ -64,4 +64,4 @@ class TorchRunner(Runner):
         tensors = {n: torch.from_numpy(np.ascontiguousarray(feeds[n])) for n in self._inputs.names}
         args, kwargs = self._inputs.rebuild(tensors)
         outs = flat_outputs(run_model(self._fn, args, kwargs, self._what))
-        return {n: t.detach().cpu().numpy() for n, t in zip(self._outputs, outs)}
+        return {n: t.detach().cpu().numpy() for n, t in zip(self._outputs, outs, strict=True)}
