@@ -341,3 +341,18 @@ def test_shape_driven_ops_against_numpy() -> None:
     want = x.copy()
     want[1, 0:3:2, 1:4:2] = upd
     np.testing.assert_array_equal(got_update, want)
+
+
+@covers("resample")
+@pytest.mark.parametrize("align_corners", [False, True])
+def test_resample_matches_grid_sample(align_corners: bool) -> None:
+    x = rand(34, 2, 3, 5, 6)
+    grid = np.random.default_rng(35).uniform(-1.3, 1.3, (2, 4, 7, 2)).astype(np.float32)
+    outs = evaluate_one("resample", lambda v, g: tuple(
+        mb.resample(x=v, coordinates=g, sampling_mode=sampling, padding_mode=padding, padding_value=np.float32(0.0),
+                    coordinates_mode="normalized_minus_one_to_one", align_corners=align_corners)
+        for sampling, padding in (("bilinear", "constant"), ("bilinear", "border"), ("nearest", "border"))), x, grid)
+    wants = [F.grid_sample(t(x), t(grid), mode=mode, padding_mode=padding, align_corners=align_corners)
+             for mode, padding in (("bilinear", "zeros"), ("bilinear", "border"), ("nearest", "border"))]
+    for got, want in zip(outs, wants, strict=True):
+        np.testing.assert_allclose(got, want.numpy(), rtol=1e-5, atol=1e-5)

@@ -121,3 +121,58 @@ def crop(ctx: Any, x: np.ndarray, crop_height: Any, crop_width: Any) -> np.ndarr
     top, bottom = (int(v) for v in np.atleast_1d(crop_height))
     left, right = (int(v) for v in np.atleast_1d(crop_width))
     return x[..., top:x.shape[-2] - bottom, left:x.shape[-1] - right]
+
+
+def _to_pixels(coord: np.ndarray, size: int, mode: str, align_corners: bool) -> np.ndarray:
+    """Sample coordinates in input pixel units (0 = centre of the first pixel)."""
+    if mode == "unnormalized":
+        return coord
+    if mode == "normalized_minus_one_to_one":
+        return (coord + 1) / 2 * (size - 1) if align_corners else ((coord + 1) * size - 1) / 2
+    if mode == "normalized_zero_to_one":
+        return coord * (size - 1) if align_corners else coord * size - 0.5
+    raise ValueError(f"unknown coordinates_mode {mode!r}")
+
+
+def _padded_index(index: np.ndarray, size: int, padding_mode: str) -> tuple[np.ndarray, np.ndarray]:
+    """(index inside the image, valid) for an index into the conceptually padded image."""
+    if padding_mode == "constant":
+        return np.clip(index, 0, size - 1), (index >= 0) & (index < size)
+    if padding_mode == "border":
+        return np.clip(index, 0, size - 1), np.ones(index.shape, bool)
+    if padding_mode == "reflection":  # |1,2,3| -> |2,3,2,1,2,3,2,1,2|
+        period = max(2 * size - 2, 1)
+        m = np.abs(index) % period
+        return np.where(m < size, m, period - m), np.ones(index.shape, bool)
+    if padding_mode == "symmetric":  # |1,2,3| -> |3,2,1,1,2,3,3,2,1|
+        m = np.mod(index, 2 * size)
+        return np.where(m < size, m, 2 * size - 1 - m), np.ones(index.shape, bool)
+    raise ValueError(f"unknown padding_mode {padding_mode!r}")
+
+
+@kernel("resample")
+def resample(ctx: Any, x: np.ndarray, coordinates: np.ndarray, sampling_mode: str, padding_mode: str,
+             padding_value: Any, coordinates_mode: str, align_corners: Any) -> np.ndarray:
+    """Sample x [B, C, H, W] at coordinates [B, H2, W2, 2] given as (w, h)."""
+    _, _, height, width = x.shape
+    coords = np.asarray(coordinates, np.float64)
+    px = _to_pixels(coords[..., 0], width, str(coordinates_mode), bool(align_corners))
+    py = _to_pixels(coords[..., 1], height, str(coordinates_mode), bool(align_corners))
+    batch = np.arange(x.shape[0])[:, None, None]
+    fill = np.asarray(padding_value, x.dtype)
+
+    def fetch(iy: np.ndarray, ix: np.ndarray) -> np.ndarray:
+        yy, vy = _padded_index(iy, height, str(padding_mode))
+        xx, vx = _padded_index(ix, width, str(padding_mode))
+        values = x[batch, :, yy, xx]  # [B, H2, W2, C]
+        return np.where((vy & vx)[..., None], values, fill)
+
+    if str(sampling_mode) == "nearest":
+        out = fetch(np.rint(py).astype(np.int64), np.rint(px).astype(np.int64))
+    else:
+        y0, x0 = np.floor(py).astype(np.int64), np.floor(px).astype(np.int64)
+        wy, wx = (py - y0)[..., None].astype(x.dtype), (px - x0)[..., None].astype(x.dtype)
+        top = fetch(y0, x0) * (1 - wx) + fetch(y0, x0 + 1) * wx
+        bottom = fetch(y0 + 1, x0) * (1 - wx) + fetch(y0 + 1, x0 + 1) * wx
+        out = top * (1 - wy) + bottom * wy
+    return np.moveaxis(out, -1, 1)
