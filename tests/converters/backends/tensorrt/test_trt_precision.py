@@ -88,3 +88,20 @@ def test_fp32_is_a_no_op_and_bad_precision_raises():
     assert lower_precision(model, "fp32") is model
     with pytest.raises(ValueError, match="precision"):
         LowerPrecisionPass("int4")
+
+
+def test_values_captured_by_subgraphs_are_cast_back_to_fp32():
+    then_branch = helper.make_graph([helper.make_node("Neg", ["r"], ["t"])], "then", [],
+                                    [vi("t", [4])])
+    else_branch = helper.make_graph([helper.make_node("Identity", ["r"], ["e"])], "else", [],
+                                    [vi("e", [4])])
+    nodes = [helper.make_node("Relu", ["x"], ["r"]),
+             helper.make_node("If", ["c"], ["y"], then_branch=then_branch, else_branch=else_branch)]
+    model = make_model(nodes, [vi("x", [4]), vi("c", [], onnx.TensorProto.BOOL)], [vi("y", [4])])
+    lowered = lower_precision(model.clone(), "fp16")
+    relu = next(n for n in lowered.graph if n.op_type == "Relu")
+    assert relu.outputs[0].dtype == ir.DataType.FLOAT16
+    x = np.array([-1, 2, -3, 4], np.float32)
+    for cond in (True, False):
+        feeds = {"x": x, "c": np.array(cond)}
+        np.testing.assert_array_equal(ort_run(lowered, feeds)["y"], ort_run(model, feeds)["y"])

@@ -108,6 +108,14 @@ class LowerPrecisionPass(ir.passes.InPlacePass):
             for index, value in enumerate(node.inputs):
                 if value is not None and value.dtype == self.low and _made_low(value, low_set):
                     node.replace_input_with(index, casts.fp32(value))
+        # Subgraph nodes (If/Loop/Scan bodies) that capture a lowered outer value get fp32 too.
+        for node in ir.traversal.RecursiveGraphIterator(graph):
+            if node.graph is graph:
+                continue
+            for index, value in enumerate(node.inputs):
+                if value is not None and value.dtype == self.low and _made_low(value, low_set) \
+                        and value.producer() is not None and value.producer().graph is graph:
+                    node.replace_input_with(index, casts.fp32(value))
         for i, out in enumerate(list(graph.outputs)):
             if out.dtype == self.low and _made_low(out, low_set):
                 graph.outputs[i] = casts.fp32_output(out)
