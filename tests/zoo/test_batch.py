@@ -126,3 +126,28 @@ def test_bad_opset_is_refused_before_any_work(small_zoo: Path, tmp_path: Path) -
     with pytest.raises(UsageError, match="--opset 99"):
         upgrade_zoo(small_zoo, UpgradeOptions(opset=99, out_dir=tmp_path / "out", progress=False))
     assert not (tmp_path / "out").exists()
+
+
+def test_from_another_format_goes_through_the_frontend(tmp_path: Path) -> None:
+    pytest.importorskip("skops", reason="needs scikit-learn and skops")
+    import skops.io
+    from sklearn.linear_model import LogisticRegression
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((40, 3)).astype(np.float32)
+    model = LogisticRegression().fit(x, (x[:, 0] > 0).astype(np.int64))
+    src = tmp_path / "src"
+    (src / "lin").mkdir(parents=True)
+    skops.io.dump(model, src / "lin" / "model.skops")
+    np.savez(src / "lin" / "inputs.npz", X=x[:5])
+    out = tmp_path / "out"
+    report = upgrade_zoo(src, UpgradeOptions(opset=15, out_dir=out, source_format="sklearn", progress=False,
+                                             timeout=300)).report
+    [row] = report["rows"]
+    assert row["status"] == "ok", row["reason"]
+    assert row["output"] == "lin/model.onnx"
+    onnx_model = onnx.load(str(out / "lin" / "model.onnx"))
+    assert {o.domain: o.version for o in onnx_model.opset_import}[""] == 15
+    sess = ort.InferenceSession(str(out / "lin" / "model.onnx"), providers=["CPUExecutionProvider"])
+    probs = [v for v in sess.run(None, {sess.get_inputs()[0].name: x[:5]}) if v.ndim == 2][0]
+    np.testing.assert_allclose(probs, model.predict_proba(x[:5]), rtol=1e-4, atol=1e-5)

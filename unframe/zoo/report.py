@@ -124,6 +124,7 @@ def print_table(report: dict[str, Any], console: Any = None) -> None:
     table = Table(title=f"zoo upgrade to opset {report.get('opset')}", show_lines=False)
     for col in COLUMNS:
         table.add_column(col, overflow="fold", max_width=60 if col == "reason" else None,
+                         no_wrap=col != "reason", min_width=8 if col == "reason" else None,
                          justify="right" if col in ("source opset", "time (s)") else "left")
     for row in report["rows"]:
         c = cells(row)
