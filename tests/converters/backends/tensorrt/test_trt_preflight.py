@@ -310,3 +310,16 @@ def test_plugin_ops_block_only_under_tensorrt_rtx():
                      [vi("y", None)])
     assert preflight.check(model, "tensorrt") == []
     assert ["plugin" in b.reason for b in preflight.check(model, "tensorrt_rtx")] == [True]
+
+
+def test_support_rows_cover_the_table_for_docs():
+    from unframe.converters.backends.tensorrt.backend import support_markdown, support_rows
+
+    rows = {r["op"]: r for r in support_rows()}
+    assert set(rows) == set(support_table())
+    assert rows["Unique"]["status"] == "unsupported" and rows["Unique"]["preflight"] == "blocked"
+    assert "restrictions" in rows["LSTM"]["preflight"]
+    assert "constant inputs: axes" in rows["ReduceSum"]["preflight"]
+    assert rows["Swish"]["status"] == "supported"  # not in the docs, but the parser takes it
+    table = support_markdown()
+    assert len([line for line in table if line.startswith("| ")]) == len(rows) + 1

@@ -66,6 +66,11 @@ class _Cuda:
     def synchronize(self) -> None:
         self._check(self.lib.cuStreamSynchronize(self.stream), "cuStreamSynchronize")
 
+    def close(self) -> None:
+        if self.stream:
+            self.lib.cuStreamDestroy_v2(self.stream)
+            self.stream = ctypes.c_void_p()
+
 
 class TensorRTRunner(Runner):
     """Deserializes an engine and runs it with host numpy feeds."""
@@ -126,6 +131,12 @@ class TensorRTRunner(Runner):
         finally:
             for ptr in buffers:
                 self.cuda.free(ptr)
+
+    def close(self) -> None:
+        # TensorRT objects first: they hold device memory of the CUDA context.
+        self.context = None
+        self.engine = None
+        self.cuda.close()
 
     def _dtype(self, name: str) -> Any:
         kind = str(self.engine.get_tensor_dtype(name)).rsplit(".", 1)[-1]
