@@ -6,6 +6,7 @@ the work; ``OPS_TESTED`` lists the ops covered here (the coverage test reads it)
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -17,11 +18,23 @@ F = torch.nn.functional
 FP32 = mb.TensorSpec(shape=(1,)).dtype  # the builder's fp32 type
 
 OPS_TESTED: set[str] = set()
+_SEEN: set[str] = set()  # op types evaluated by the running test
 
 
 def covers(*ops: str) -> Any:
+    """Declare the ops a test covers; the test fails unless each of their kernels really ran."""
     OPS_TESTED.update(ops)
-    return lambda fn: fn
+
+    def wrap(fn: Any) -> Any:
+        @functools.wraps(fn)
+        def checked(*args: Any, **kwargs: Any) -> None:
+            _SEEN.clear()
+            fn(*args, **kwargs)
+            assert set(ops) <= _SEEN, f"kernels not exercised: {sorted(set(ops) - _SEEN)}"
+
+        return checked
+
+    return wrap
 
 
 def rand(seed: int, *shape: int) -> np.ndarray:
@@ -33,6 +46,7 @@ def evaluate_one(op_type: str, body: Any, *arrays: np.ndarray, opset: int = 17) 
     prog = build(body, [(a.shape, _builtin(a)) for a in arrays], opset=opset)
     got, seen = run(prog, {f"x{i}": a for i, a in enumerate(arrays)})
     assert op_type in seen
+    _SEEN.update(seen)
     return got
 
 
