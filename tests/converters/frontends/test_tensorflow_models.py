@@ -58,14 +58,13 @@ def test_architecture_exports_with_parity(fe, name: str) -> None:
 
     # The frontend's runner (used by the pipeline's parity stage) agrees as well.
     assert compare(fe.runner(native, export), ort, export.feeds)
+    if name == "text_rnn":
+        _check_token_feeds(export.feeds)
 
 
-def test_text_model_integer_feeds_stay_in_vocabulary(fe) -> None:
-    model = tf_models.text_rnn(0)
-    native = fe.load(model, ConvertOptions())
-    export = fe.to_onnx(native, InputSpec(), ConvertOptions())
-    tokens = [f["tokens"] for f in export.feeds]
+def _check_token_feeds(feeds: list[dict[str, np.ndarray]]) -> None:
+    """Generated token ids are valid for the Embedding (below input_dim) yet varied."""
+    tokens = [f["tokens"] for f in feeds]
     assert all(t.dtype == np.int32 for t in tokens)
     assert all(0 <= t.min() and t.max() < tf_models.VOCAB for t in tokens)
-    # Not all the same token: the feeds exercise the embedding table.
     assert len(np.unique(np.concatenate([t.ravel() for t in tokens]))) > 10

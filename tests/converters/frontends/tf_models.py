@@ -153,15 +153,15 @@ def tiny_mobilenet(seed: int = 0) -> Any:
     return model
 
 
-def einsum_dense(seed: int = 0) -> Any:
-    """EinsumDense: tf2onnx writes an Einsum node, which needs opset 12 or newer."""
+def tiny_attention(seed: int = 0) -> Any:
+    """One tiny MultiHeadAttention: tf2onnx writes an Einsum node, which needs opset 12+."""
     import keras
     from keras import layers
 
     _seed(seed)
-    x = keras.Input((5, 4), name="x")
-    y = layers.EinsumDense("abc,cd->abd", output_shape=(None, 3), name="proj")(x)
-    return keras.Model(x, y, name="einsum_dense")
+    seq = keras.Input((4, 6), name="sequence")
+    out = layers.MultiHeadAttention(num_heads=1, key_dim=2, name="mha")(seq, seq)
+    return keras.Model(seq, out, name="tiny_attention")
 
 
 def gelu_mlp(seed: int = 0) -> Any:
