@@ -16,8 +16,7 @@ import tf_models  # noqa: E402
 
 from unframe.converters.base import ConvertOptions, InputSpec  # noqa: E402
 from unframe.converters.registry import FRONTENDS  # noqa: E402
-from unframe.errors import (InputError, TrustRequiredError, UnsupportedError,  # noqa: E402
-                            UsageError)
+from unframe.errors import InputError, TrustRequiredError, UnsupportedError, UsageError  # noqa: E402
 from unframe.validate.onnxruntime import OnnxRuntimeRunner  # noqa: E402
 from unframe.validate.runner import TensorSpec  # noqa: E402
 
