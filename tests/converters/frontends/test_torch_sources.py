@@ -68,8 +68,9 @@ def test_torchscript_file_exports(fe: Any, tmp_path: Path) -> None:
     torch.jit.save(torch.jit.trace(tm.make_two_inputs(), pair()), path)
     native = load(fe, path)
     assert isinstance(native, torch.jit.ScriptModule)
-    result = check_parity(fe, native, pair(), exporter="torchscript")
+    result = check_parity(fe, native, pair())
     assert result.route == "torchscript"
+    assert any("TorchScript source" in note for note in result.notes)
 
 
 def test_torchscript_named_pt2_is_routed_by_content(fe: Any, tmp_path: Path) -> None:
@@ -202,3 +203,24 @@ def test_model_output_class_from_a_missing_package(fe: Any, bert_pt2: Path, tmp_
         load(fe, renamed)
     assert "absent_pkg_q" in str(info.value) and "pip install absent_pkg_q" in str(info.value)
     assert info.value.exit_code == 8
+
+
+def test_legacy_non_zip_torch_save_is_a_pickle(fe: Any, tmp_path: Path) -> None:
+    path = tmp_path / "legacy.pth"
+    torch.save(tm.make_two_inputs().state_dict(), path, _use_new_zipfile_serialization=False)
+    assert not zipfile.is_zipfile(path)
+    with pytest.raises(TrustRequiredError, match="state dict"):
+        load(fe, path)
+
+
+def test_names_of_nested_inputs_and_outputs() -> None:
+    from unframe.converters.frontends._torch.inputs import leaf_names, output_names
+
+    t = torch.ones(1)
+    assert leaf_names((t, {"a": t, "b": [t, t]}), {}, ["x", "extra"]) == \
+        ["x", "extra_a", "extra_b_0", "extra_b_1"]
+    assert leaf_names(({"image": t, "mask": t},), {}, ["batch"]) == ["image", "mask"]
+    assert leaf_names((), {"y": t, "x": t}, ["x", "y"]) == ["y", "x"]
+    assert output_names((t, t)) == ["output_0", "output_1"]
+    assert output_names({"logits": t, "aux": (t, t), "none": None}) == ["logits", "aux_0", "aux_1"]
+    assert output_names(t) == ["output_0"]

@@ -82,6 +82,9 @@ class TorchFrontend(Frontend):
         eager = run_model(callable_of(native), inputs.args, inputs.kwargs, what)
         outputs = inp.output_names(eager, opts.get("output_names"))
         notes = list(_LOAD_NOTES.get(native, []))
+        if _is_exported_program(native) and (spec.dynamic or spec.static):
+            notes.append("an ExportedProgram's shapes were fixed by torch.export; "
+                         "--static/--dynamic don't change them")
         model, route, workdir = self._export(native, inputs, outputs, opts, notes, what)
         self._adopt_graph_names(model, inputs, outputs, what)
         dynamic_batch = _batch_is_dynamic(model, inputs)
@@ -126,7 +129,7 @@ class TorchFrontend(Frontend):
         wanted = opts.opset or self.default_opset()
         failures: list[str] = []
         data_dependent = False
-        for route in ([forced] if forced else EXPORTERS):
+        for route in ([forced] if forced else _routes(native, notes)):
             bounds = exp.DYNAMO_OPSETS if route == "dynamo" else exp.TORCHSCRIPT_OPSETS
             opset = exp.clamp(wanted, bounds)
             workdir = exp.new_workdir() if route == "torchscript" else None
@@ -190,6 +193,23 @@ class TorchFrontend(Frontend):
         if isinstance(native, torch.jit.ScriptModule):
             return f"TorchScript {native.original_name}"
         return type(native).__name__
+
+
+def _is_exported_program(native: Any) -> bool:
+    import torch
+
+    return isinstance(native, torch.export.ExportedProgram)
+
+
+def _routes(native: Any, notes: list[str]) -> tuple[str, ...]:
+    import torch
+
+    if isinstance(native, torch.jit.ScriptModule):
+        # torch.onnx's dynamo exporter refuses ScriptModules outright.
+        notes.append("TorchScript source: exported with the TorchScript exporter (the dynamo "
+                     "exporter doesn't take ScriptModules)")
+        return ("torchscript",)
+    return EXPORTERS
 
 
 def _with_option_dynamic(spec: InputSpec, opts: ConvertOptions) -> InputSpec:
