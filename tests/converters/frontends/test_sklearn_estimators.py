@@ -250,3 +250,30 @@ def test_boosting_library_inside_pipeline(lib: str) -> None:
     assert parity, parity.summary()
     assert any("onnxmltools" in n for n in export.notes)
     assert "onnxmltools" in export.tool_versions
+
+
+@pytest.mark.parametrize("kind", ["HistGradientBoostingClassifier", "GaussianProcessClassifier"])
+def test_extension_classifiers_with_string_classes(kind: str) -> None:
+    from sklearn.ensemble import HistGradientBoostingClassifier
+    from sklearn.gaussian_process import GaussianProcessClassifier
+
+    labels = np.array(["cat", "dog", "eel"], dtype=object)[Y_MULTI]
+    model = (HistGradientBoostingClassifier(max_iter=5) if kind.startswith("Hist")
+             else GaussianProcessClassifier()).fit(X[:60], labels[:60])
+    for precision in ("float", "double"):
+        export, parity = convert(model, X[:40], float_precision=precision)
+        assert parity, parity.summary()
+        got = OnnxRuntimeRunner(export.model).run(export.feeds[0])["label"]
+        assert set(got.tolist()) <= {"cat", "dog", "eel"}
+
+
+@pytest.mark.parametrize("precision", ["float", "double"])
+def test_isotonic_nan_outside_range_on_both_routes(precision: str) -> None:
+    from sklearn.isotonic import IsotonicRegression
+
+    x = X[:, 0]
+    model = IsotonicRegression(out_of_bounds="nan", increasing=False).fit(x[:60], -x[:60] ** 3)
+    samples = np.concatenate([x[60:], model.X_thresholds_])  # some outside, every threshold
+    export, parity = convert(model, samples, float_precision=precision)
+    assert parity, parity.summary()
+    assert np.isnan(model.predict(samples)).any()  # the case is exercised

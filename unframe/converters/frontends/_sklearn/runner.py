@@ -110,3 +110,14 @@ def dist_version(dist: str) -> str:
         return metadata.version(dist)
     except metadata.PackageNotFoundError:
         return ""
+
+
+def maps_to_matrix(value: Any) -> np.ndarray | None:
+    """A ZipMap output (a sequence of {label: probability} dicts) as a [N, K] float64 matrix with
+    columns in sorted label order; None when ``value`` is not such a sequence. For parity code
+    that compares arrays: both the scikit-learn runner and onnxruntime give this layout."""
+    rows = list(value) if isinstance(value, (list, tuple, np.ndarray)) else None
+    if not rows or not all(isinstance(r, dict) for r in rows):
+        return None
+    keys = sorted(rows[0])
+    return np.array([[float(r[k]) for k in keys] for r in rows], dtype=np.float64)

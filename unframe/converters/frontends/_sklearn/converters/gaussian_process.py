@@ -137,6 +137,7 @@ def convert_gpc(scope: Any, operator: Any, container: Any) -> None:
         OnnxArgMax,
         OnnxCast,
         OnnxConcat,
+        OnnxConstant,
         OnnxDiv,
         OnnxGather,
         OnnxGreater,
@@ -171,6 +172,12 @@ def convert_gpc(scope: Any, operator: Any, container: Any) -> None:
         total = OnnxReduceSumApi11(stacked, axes=[1], keepdims=1, op_version=opv)
         probs = OnnxDiv(stacked, total, op_version=opv, output_names=[proba_out])
         index = OnnxArgMax(stacked, axis=1, keepdims=0, op_version=opv)
+    if labels.dtype == object:  # strings go in a Constant node (see hist_gradient_boosting)
+        from onnx import helper
+
+        labels = OnnxConstant(value=helper.make_tensor(
+            "classes", TensorProto.STRING, [len(labels)], [s.encode() for s in labels]),
+            op_version=opv)
     label = OnnxIdentity(OnnxGather(labels, index, axis=0, op_version=opv), op_version=opv,
                          output_names=[label_out])
     label.add_to(scope, container)

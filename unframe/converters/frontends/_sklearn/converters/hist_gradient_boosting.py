@@ -263,8 +263,14 @@ def add_labels(scope: Any, container: Any, probs: str, label: str, classes: np.n
         container.add_initializer(table, TensorProto.INT64, [len(classes)],
                                   [int(c) for c in classes])
     else:
-        container.add_initializer(table, TensorProto.STRING, [len(classes)],
-                                  [str(c).encode() for c in classes])
+        # a Constant node, not an initializer: string initializers trip size estimates that
+        # assume fixed-width types
+        from onnx import helper
+
+        value = helper.make_tensor(table, TensorProto.STRING, [len(classes)],
+                                   [str(c).encode() for c in classes])
+        container.add_node("Constant", [], table, value=value,
+                           name=scope.get_unique_operator_name("Constant"))
     container.add_node("Gather", [table, index], label, axis=0,
                        name=scope.get_unique_operator_name("Gather"))
 

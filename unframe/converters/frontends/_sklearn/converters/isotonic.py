@@ -3,11 +3,11 @@
 ``predict`` is ``np.interp(x, X_thresholds_, y_thresholds_)`` after clipping (or NaN outside
 the fitted range when ``out_of_bounds="nan"``). As a graph, with K thresholds t and values v::
 
-    x [N,1] -> Clip(t0, tK-1) -> xc
+    x [N,1] -> Cast(double) -> Clip(t0, tK-1) -> xc
     i   = ReduceSum(Cast(xc >= t[1:K-1]), axis=1)          segment index in [0, K-2]
     x0, x1, y0, y1 = Gather(t, i), Gather(t, i+1), Gather(v, i), Gather(v, i+1)
     y   = y0 + (y1 - y0) / (x1 - x0) * (xc - x0)            -> variable [N,1]
-    (out_of_bounds="nan": Where(x < t0 or x > tK-1, NaN, y))
+    (out_of_bounds="nan": Where(x < t0 or x > tK-1, NaN, y)) -> Cast(input type) -> variable
 """
 
 from __future__ import annotations
@@ -70,27 +70,31 @@ def _interpolate(g: _Graph, xc: str, t: np.ndarray, v: np.ndarray) -> str:
 
 
 def convert_isotonic(scope: Any, operator: Any, container: Any) -> None:
+    """Computed in float64 whatever the input type (the cast of a float32 input is exact), so
+    that clipping and the NaN bounds use scikit-learn's float64 thresholds: with float32
+    thresholds a sample rounding onto the last threshold flips between NaN and a value."""
+    from onnx import TensorProto
     from skl2onnx.common.data_types import guess_numpy_type
 
     model = operator.raw_operator
-    dtype = np.float64 if guess_numpy_type(operator.inputs[0].type) == np.float64 else np.float32
-    g = _Graph(scope, container, dtype)
+    double_io = guess_numpy_type(operator.inputs[0].type) == np.float64
+    g = _Graph(scope, container, np.float64)
     t = np.asarray(model.X_thresholds_, dtype=np.float64)
     v = np.asarray(model.y_thresholds_, dtype=np.float64)
     out = operator.outputs[0].full_name
     x = _input(g, operator)
     if len(t) == 1:
-        g.op("Add", [g.op("Mul", [x, g.const(0.0)]), g.const(v[0])], out)
-        return
-    xc = g.op("Clip", [x, g.const(t[0]), g.const(t[-1])])
-    if len(t) == 2:
-        t, v = np.concatenate([t, t[-1:]]), np.concatenate([v, v[-1:]])
-    y = _interpolate(g, xc, t.astype(dtype), v.astype(dtype))
-    if model.out_of_bounds == "nan":
-        outside = g.op("Or", [g.op("Less", [x, g.const(t[0])]), g.op("Greater", [x, g.const(t[-1])])])
-        g.op("Where", [outside, g.const(np.nan), y], out)
+        y = g.op("Add", [g.op("Mul", [x, g.const(0.0)]), g.const(v[0])])
     else:
-        g.op("Identity", [y], out)
+        xc = g.op("Clip", [x, g.const(t[0]), g.const(t[-1])])
+        if len(t) == 2:
+            t, v = np.concatenate([t, t[-1:]]), np.concatenate([v, v[-1:]])
+        y = _interpolate(g, xc, t, v)
+    if model.out_of_bounds == "nan":
+        outside = g.op("Or", [g.op("Less", [x, g.const(t[0])]),
+                              g.op("Greater", [x, g.const(t[-1])])])
+        y = g.op("Where", [outside, g.const(np.nan), y])
+    g.op("Cast", [y], out, to=TensorProto.DOUBLE if double_io else TensorProto.FLOAT)
 
 
 def register() -> None:
