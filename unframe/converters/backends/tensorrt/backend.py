@@ -59,14 +59,19 @@ class CheckReport:
 
 
 def check_report(model: ir.Model, ask_parser: bool = True) -> CheckReport:
-    """Table blockers, plus (when a TensorRT module imports) the parser's own refusals."""
+    """Table blockers, plus (when a TensorRT module imports) the parser's own refusals of the
+    graph ``convert`` would hand it: the model after the preparation passes (constant folding
+    turns computed axes and scales into initializers, which the raw parser would refuse)."""
     blockers = preflight.check(model, trtmodule.installed_flavour())
-    verdict = preflight.parser_verdict(model) if ask_parser else None
+    if not ask_parser or trtmodule.load_or_none() is None:
+        return CheckReport(blockers)
+    prepared = _prepared_copy(model)
+    verdict = preflight.parser_verdict(prepared)
     if verdict is None:
         return CheckReport(blockers)
     report = CheckReport(blockers, verdict.module,
-                         preflight.disagreements(model, blockers, verdict))
-    nodes = list(model.graph)
+                         preflight.disagreements(prepared, blockers, verdict))
+    nodes = list(prepared.graph)
     blocked = {b.node for b in blockers}
     for index, message in sorted(verdict.failed_nodes.items()):
         node = nodes[index] if 0 <= index < len(nodes) else None
@@ -78,6 +83,15 @@ def check_report(model: ir.Model, ask_parser: bool = True) -> CheckReport:
                                        node.name or f"#{index}", "",
                                        "the support table did not predict this"))
     return report
+
+
+def _prepared_copy(model: ir.Model) -> ir.Model:
+    from unframe.converters.backends.tensorrt.prepare import prepare
+
+    try:
+        return prepare(model.clone())
+    except Exception:  # preparation is best effort here: ask the parser about the model as is
+        return model
 
 
 @register_backend
