@@ -91,6 +91,54 @@ def to_canonical(proto: Any, target: int = CANONICAL) -> tuple[Any | None, str]:
     return model, "same definition"
 
 
+# Inputs CoreML needs at conversion time (shapes, axes, sizes...). The node cases feed them as
+# graph inputs; exporters emit them as constants, so the harness freezes them from the case data.
+PARAMETER_INPUTS: dict[str, tuple[int, ...]] = {
+    "Reshape": (1,), "Expand": (1,), "Tile": (1,), "Squeeze": (1,), "Unsqueeze": (1,),
+    "Slice": (1, 2, 3, 4), "Split": (1,), "Pad": (1, 2, 3), "Resize": (1, 2, 3), "TopK": (1,),
+    "OneHot": (1, 2), "CumSum": (1,), "ConstantOfShape": (0,), "Range": (0, 1, 2), "Trilu": (1,),
+    "ReduceSum": (1,), "ReduceMean": (1,), "ReduceMax": (1,), "ReduceMin": (1,), "ReduceProd": (1,),
+    "ReduceL1": (1,), "ReduceL2": (1,), "ReduceLogSum": (1,), "ReduceLogSumExp": (1,),
+    "ReduceSumSquare": (1,), "HannWindow": (0,), "HammingWindow": (0,), "BlackmanWindow": (0,),
+    "Clip": (1, 2), "Upsample": (1,), "CenterCropPad": (1,), "Dropout": (1, 2),
+}
+
+
+def freeze_parameters(case: Any) -> tuple[Any, list[str]]:
+    """A copy of the case's model with parameter inputs turned into initializers (same values
+    as every data set, which must agree), and the names frozen."""
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.ModelProto()
+    model.CopyFrom(case.model)
+    wanted = set()
+    for node in model.graph.node:
+        for i in PARAMETER_INPUTS.get(node.op_type, ()):
+            if i < len(node.input) and node.input[i]:
+                wanted.add(node.input[i])
+    names = [i.name for i in model.graph.input]
+    frozen = []
+    for k, name in enumerate(names):
+        if name not in wanted:
+            continue
+        values = [as_array(inputs[k]) for inputs, _ in case.data_sets]
+        if any(not np.array_equal(values[0], v) for v in values[1:]):
+            continue
+        model.graph.initializer.append(numpy_helper.from_array(values[0], name))
+        frozen.append(name)
+    keep = [i for i in model.graph.input if i.name not in frozen]
+    del model.graph.input[:]
+    model.graph.input.extend(keep)
+    return model, frozen
+
+
+def as_array(value: Any) -> Any:
+    from onnx import TensorProto, numpy_helper
+
+    return numpy_helper.to_array(value) if isinstance(value, TensorProto) else value
+
+
 def run_case(case: Any, workdir: Path, precision: str = "fp32") -> CaseResult:
     """Check, convert, save, evaluate the package and compare with the case's expected outputs."""
     from unframe.converters.backends.coreml.backend import CoreMLBackend
@@ -98,7 +146,8 @@ def run_case(case: Any, workdir: Path, precision: str = "fp32") -> CaseResult:
     from unframe.errors import UnframeError
 
     ops = sorted({n.op_type for n in case.model.graph.node})
-    model, why = to_canonical(case.model)
+    proto, frozen = freeze_parameters(case)
+    model, why = to_canonical(proto)
     if model is None:
         return CaseResult(case.name, ops, "no-opset", why)
     backend = CoreMLBackend()
@@ -112,17 +161,17 @@ def run_case(case: Any, workdir: Path, precision: str = "fp32") -> CaseResult:
             runner = backend.runner(artifact, target)
     except (UnframeError, Exception) as exc:
         return CaseResult(case.name, ops, "convert-error", _one_line(exc))
-    names_in = [i.name for i in case.model.graph.input if i.name not in {t.name for t in case.model.graph.initializer}]
+    names_in = [i.name for i in case.model.graph.input]
     names_out = [o.name for o in case.model.graph.output]
     for inputs, expected in case.data_sets:
-        feeds = dict(zip(names_in, inputs))
+        feeds = {n: as_array(v) for n, v in zip(names_in, inputs) if n not in frozen}
         try:
             with _quiet():
                 got = runner.run(feeds)
         except Exception as exc:
             return CaseResult(case.name, ops, "eval-error", _one_line(exc))
         for name, want in zip(names_out, expected):
-            bad = _mismatch(np.asarray(want), np.asarray(got[name]), case)
+            bad = _mismatch(np.asarray(as_array(want)), np.asarray(got[name]), case)
             if bad:
                 return CaseResult(case.name, ops, "mismatch", f"{name}: {bad}")
     return CaseResult(case.name, ops, "pass")
@@ -163,13 +212,14 @@ def _quiet() -> Any:
 
 
 def onnxsim_converts(case: Any, workdir: Path) -> str:
-    """'converted' when onnxsim's CoreML export produces a package, else 'failed'."""
+    """'converted' when onnxsim's CoreML export produces a package, else 'failed' (given the
+    same frozen parameter inputs as unframe)."""
     import onnxsim
 
     path = workdir / "onnxsim.mlpackage"
     try:
         with _quiet():
-            onnxsim.export_coreml(case.model, str(path))
+            onnxsim.export_coreml(freeze_parameters(case)[0], str(path))
     except Exception:
         return "failed"
     return "converted" if path.exists() else "failed"

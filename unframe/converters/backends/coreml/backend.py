@@ -173,8 +173,8 @@ def _io_record(model: ir.Model, names: dict[str, str], plans: list[Any]) -> dict
     """How ONNX inputs/outputs map onto the package's: names and the ONNX dtypes to restore."""
     inputs = [{"onnx": p.onnx_name, "mil": p.mil_name, "dtype": _np_name(p.dtype),
                "shape": [d if isinstance(d, int) else None for d in p.shape]} for p in plans]
-    outputs = [{"onnx": o.name, "mil": names[o.name], "dtype": _np_name(o.dtype)}
-               for o in model.graph.outputs]
+    outputs = [{"onnx": o.name, "mil": names[o.name], "dtype": _np_name(o.dtype),
+                "rank": None if o.shape is None else len(o.shape)} for o in model.graph.outputs]
     return {"inputs": inputs, "outputs": outputs}
 
 
@@ -219,9 +219,15 @@ class CoreMLRunner(Runner):
         mil_feeds = {}
         for spec in self.io["inputs"]:
             value = np.asarray(feeds[spec["onnx"]])
+            if not spec["shape"]:
+                value = value.reshape(1)  # scalars travel as [1]
             mil_feeds[spec["mil"]] = value.astype(_MIL_INPUT.get(value.dtype.name, np.int32))
         outs = self.inner.run(mil_feeds)
-        return {o["onnx"]: _restore(np.asarray(outs[o["mil"]]), o["dtype"]) for o in self.io["outputs"]}
+        result = {}
+        for o in self.io["outputs"]:
+            value = _restore(np.asarray(outs[o["mil"]]), o["dtype"])
+            result[o["onnx"]] = value.reshape(()) if o.get("rank") == 0 and value.size == 1 else value
+        return result
 
 
 def _restore(value: np.ndarray, dtype: str) -> np.ndarray:

@@ -320,6 +320,7 @@ def build_program(model: ir.Model, ios: int, plans: list[InputPlan], names: Name
     placeholders = {}
     for p in plans:
         shape = [d if isinstance(d, int) else symbols.setdefault(d, get_new_symbol()) for d in p.shape]
+        shape = shape or [1]  # ML programs take no rank-0 inputs: a scalar comes in as [1]
         # ML programs take fp16/fp32/int32 inputs: bool comes in as int32 and is cast inside.
         dtype = mil_type(ir.DataType.INT32 if p.dtype == ir.DataType.BOOL else p.dtype)
         placeholders[p.mil_name] = Placeholder(shape, dtype=dtype)
@@ -329,6 +330,8 @@ def build_program(model: ir.Model, ios: int, plans: list[InputPlan], names: Name
         env: dict[str, Var] = {}
         for p in plans:
             var = func.inputs[p.mil_name]
+            if not p.shape:
+                var = mb.squeeze(x=var, axes=[0])
             env[p.onnx_name] = mb.cast(x=var, dtype="bool") if p.dtype == ir.DataType.BOOL else var
         translator.run_graph(model.graph, env)
         func.set_outputs([_named_output(env, o, names) for o in model.graph.outputs])

@@ -14,9 +14,20 @@ from unframe.converters.backends.coreml.ops._util import (
 from unframe.converters.backends.coreml.translate import TranslateContext
 
 
+def align(a: Any, b: Any) -> tuple[Any, Any]:
+    """Give both operands one element type: a constant follows the other operand (ONNX graphs
+    from fp16 exporters sometimes carry fp32 constants that MIL, typed strictly, refuses)."""
+    if dtype_name(a) == dtype_name(b):
+        return a, b
+    if b.val is not None:
+        return a, cast(b, dtype_name(a))
+    return cast(a, dtype_name(b)), b
+
+
 def _binary(mil_op: str) -> Any:
     def fn(ctx: TranslateContext) -> Any:
-        return getattr(mb(), mil_op)(x=ctx.x(0), y=ctx.x(1))
+        a, b = align(ctx.x(0), ctx.x(1))
+        return getattr(mb(), mil_op)(x=a, y=b)
 
     fn.__name__ = f"translate_{mil_op}"
     return fn
@@ -169,7 +180,7 @@ def is_inf(ctx: TranslateContext) -> Any:
 
 def _compare(mil_op: str) -> Any:
     def fn(ctx: TranslateContext) -> Any:
-        a, b = ctx.x(0), ctx.x(1)
+        a, b = align(ctx.x(0), ctx.x(1))
         if is_bool(a):  # MIL compares numbers only
             a, b = cast(a, "int32"), cast(b, "int32")
         return getattr(mb(), mil_op)(x=a, y=b)
@@ -194,7 +205,20 @@ def not_(ctx: TranslateContext) -> Any:
 
 @translator("Where")
 def where(ctx: TranslateContext) -> Any:
-    return mb().select(cond=ctx.x(0), a=ctx.x(1), b=ctx.x(2))
+    m = mb()
+    cond, (a, b) = ctx.x(0), align(ctx.x(1), ctx.x(2))
+    if _smaller(a, cond) and _smaller(b, cond):
+        # coremltools infers select's shape from a and b only: widen a to cover cond
+        zeros = m.mul(x=m.cast(x=cond, dtype=dtype_name(a)), y=scalar(0, a))
+        a = m.add(x=a, y=zeros)
+    return m.select(cond=cond, a=a, b=b)
+
+
+def _smaller(v: Any, cond: Any) -> bool:
+    vs, cs = list(v.shape), list(cond.shape)
+    if len(vs) < len(cs):
+        return True
+    return any(isinstance(c, (int, np.integer)) and c != 1 and d == 1 for d, c in zip(vs[-len(cs):], cs))
 
 
 @translator("Clip")

@@ -13,7 +13,17 @@ from unframe.converters.backends.coreml.translate import TranslateContext
 
 @translator("MatMul")
 def matmul(ctx: TranslateContext) -> Any:
-    return mb().matmul(x=ctx.x(0), y=ctx.x(1))
+    """1-D operands are promoted to matrices and the added axis removed afterwards (numpy rules)."""
+    m, a, b = mb(), ctx.x(0), ctx.x(1)
+    squeeze = []
+    if ctx.rank(0) == 1:
+        a = m.expand_dims(x=a, axes=[0])
+        squeeze.append(-2)
+    if ctx.rank(1) == 1:
+        b = m.expand_dims(x=b, axes=[-1])
+        squeeze.append(-1)
+    y = m.matmul(x=a, y=b)
+    return m.squeeze(x=y, axes=squeeze) if squeeze else y
 
 
 @translator("Gemm")

@@ -8,7 +8,7 @@ import numpy as np
 import onnx_ir as ir
 
 from unframe.converters.backends.coreml.ops import translator
-from unframe.converters.backends.coreml.ops._util import mb, scalar
+from unframe.converters.backends.coreml.ops._util import cast, dtype_name, mb, scalar
 from unframe.converters.backends.coreml.ops.conv import mil_padding
 from unframe.converters.backends.coreml.translate import TranslateContext
 
@@ -32,7 +32,30 @@ def _window(ctx: TranslateContext) -> dict[str, Any]:
 
 @translator("MaxPool", check=_max_pool_check)
 def max_pool(ctx: TranslateContext) -> Any:
-    return mb().max_pool(x=ctx.x(0), **_window(ctx))
+    x = ctx.x(0)
+    kind = dtype_name(x)
+    window = _window(ctx)
+    if window["ceil_mode"] and window["pad_type"] == "custom":
+        window = _ceil_as_padding(x, window)
+    y = mb().max_pool(x=cast(x, "fp32") if kind == "int32" else x, **window)
+    return cast(y, kind)
+
+
+def _ceil_as_padding(x: Any, window: dict[str, Any]) -> dict[str, Any]:
+    """ONNX ceil_mode drops a last window that would start in the end padding; MIL keeps it.
+    With static sizes, write ONNX's output size as explicit end padding in floor mode instead."""
+    sizes = x.shape[2:]
+    if not all(isinstance(s, (int, np.integer)) for s in sizes):
+        return window
+    pads = [int(p) for p in window["pad"]]
+    out_pad = list(pads)
+    for i, (n, k, s) in enumerate(zip(sizes, window["kernel_sizes"], window["strides"])):
+        begin, end = pads[2 * i], pads[2 * i + 1]
+        out = -(-(int(n) + begin + end - k) // s) + 1
+        if (out - 1) * s >= int(n) + begin:
+            out -= 1
+        out_pad[2 * i + 1] = max(end, (out - 1) * s + k - int(n) - begin)
+    return {**window, "ceil_mode": False, "pad": np.array(out_pad, dtype=np.int32)}
 
 
 def _avg_pool_check(node: ir.Node) -> list[str]:

@@ -145,6 +145,8 @@ def slice_(ctx: TranslateContext) -> Any:
     m, x = mb(), ctx.x(0)
     rank = ctx.rank(0)
     starts, ends = ctx.ints(1), ctx.ints(2)
+    if starts is None or ends is None:
+        raise ctx.err("Slice starts/ends must be constant")
     axes = ctx.ints(3) if ctx.has(3) else list(range(len(starts or [])))
     steps = ctx.ints(4) if ctx.has(4) else [1] * len(axes)
     if starts is None or ends is None or axes is None or steps is None:
