@@ -10,7 +10,7 @@ import onnx_ir as ir
 import onnxruntime as ort
 import pytest
 from click.testing import CliRunner
-from conftest import mlp_model, snapshot
+from spine_utils import mlp_model, snapshot
 from onnx import TensorProto, helper
 
 import unframe

@@ -10,7 +10,7 @@ import numpy as np
 import onnx
 import pytest
 from click.testing import CliRunner
-from conftest import mlp_model, snapshot
+from spine_utils import mlp_model, snapshot
 from onnx import TensorProto, helper, numpy_helper
 
 from unframe.cli.main import cli

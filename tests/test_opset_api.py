@@ -11,7 +11,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 from click.testing import CliRunner
-from conftest import mlp_model, snapshot
+from spine_utils import mlp_model, snapshot
 from onnx import TensorProto, helper
 
 import unframe

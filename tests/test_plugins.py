@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -19,9 +20,11 @@ PLUGIN = Path(__file__).parent / "data" / "plugin_pkg"
 @pytest.fixture(scope="module")
 def plugin_site(tmp_path_factory) -> Path:
     target = tmp_path_factory.mktemp("site")
+    src = tmp_path_factory.mktemp("plugin_src") / "plugin_pkg"
+    shutil.copytree(PLUGIN, src)  # pip builds in the source folder: keep the repo untouched
     proc = subprocess.run(
         [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index",
-         "--target", str(target), str(PLUGIN)], capture_output=True, text=True)
+         "--target", str(target), str(src)], capture_output=True, text=True)
     if proc.returncode != 0:
         pytest.fail(f"installing the test plugin failed: {proc.stderr[-2000:]}")
     return target
