@@ -64,7 +64,7 @@ def test_batch_upgrades_refuses_and_fails_per_model(small_zoo: Path, tmp_path: P
         assert {o.domain: o.version for o in upgraded.opset_import}[""] == TARGET
         onnx.checker.check_model(upgraded, full_check=True)
         feeds = _feeds(small_zoo / rel)
-        for a, b in zip(_ort(small_zoo / rel, feeds), _ort(dest, feeds)):
+        for a, b in zip(_ort(small_zoo / rel, feeds), _ort(dest, feeds), strict=True):
             np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
         assert rows[rel]["parity"]["status"] == "passed" and rows[rel]["parity"]["cases"] >= 1
 

@@ -39,7 +39,7 @@ def test_build_sklearn_models_and_check_saved_outputs(tmp_path: Path) -> None:
             feeds, expected = {k: i[k] for k in i.files}, {k: out[k] for k in out.files}
         sess = ort.InferenceSession(str(o.path), providers=["CPUExecutionProvider"])
         assert sess.get_modelmeta() is not None
-        got = dict(zip([x.name for x in sess.get_outputs()], sess.run(None, feeds)))
+        got = dict(zip([x.name for x in sess.get_outputs()], sess.run(None, feeds), strict=True))
         assert set(got) == set(expected)
         for k in expected:
             np.testing.assert_allclose(got[k], expected[k], rtol=1e-4, atol=1e-5)

@@ -56,10 +56,10 @@ def test_kill_9_then_resume_equals_uninterrupted_run(tmp_path: Path) -> None:
     assert not (killed / "report.json").exists()
 
     resumed = _run(src, killed, "--resume", "-j", "2")
-    assert resumed.returncode == 1, resumed.stderr  # corrupt models fail: exit code 1
+    assert resumed.returncode == 9, resumed.stderr  # the corrupt model fails: exit code 9
     fresh = tmp_path / "fresh"
     uninterrupted = _run(src, fresh, "-j", "2")
-    assert uninterrupted.returncode == 1, uninterrupted.stderr
+    assert uninterrupted.returncode == 9, uninterrupted.stderr
 
     final = read_journal(journal_path(killed))
     assert set(final.done) == set(EXPECTED)

@@ -45,7 +45,7 @@ def build(manifest: Path | None, only: tuple[str, ...], out_dir: Path | None, fo
 
 
 @zoo.command()
-@click.argument("src", type=click.Path(path_type=Path))
+@click.argument("src", metavar="SRC_DIR_OR_MANIFEST", type=click.Path(path_type=Path))
 @click.option("--opset", type=int, required=True, help="Target ONNX opset.")
 @click.option("-o", "--output", "out_dir", type=click.Path(path_type=Path), required=True,
               help="Output folder (mirrors the source tree; must not be inside it).")
@@ -69,7 +69,7 @@ def upgrade(src: Path, opset: int, out_dir: Path, workers: int, executor: str, s
 
     Each model runs in its own process and is checked against the original with onnxruntime on
     its saved inputs (inputs.npz beside it) or generated ones. Exit code 0 when no model failed
-    (refused models are reported, not errors), 1 otherwise.
+    (refused models are reported, not errors), 9 when any model failed.
     """
     import sys
 
@@ -92,4 +92,6 @@ def upgrade(src: Path, opset: int, out_dir: Path, workers: int, executor: str, s
     for path in result.written:
         console.print(f"wrote {path}")
     if not result.ok:
-        sys.exit(1)
+        from unframe.errors import ConversionError
+
+        sys.exit(ConversionError.exit_code)

@@ -16,10 +16,11 @@ Each entry's output mirrors its path relative to the root under OUT_DIR.
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import tomllib
 
 from unframe.errors import InputError, UsageError
 
