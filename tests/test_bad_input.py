@@ -229,3 +229,24 @@ def test_external_data_model_converts_lazily(tmp_path: Path):
     got = numpy_helper.to_array(next(t for t in loaded.graph.initializer if t.name == "W"))
     np.testing.assert_array_equal(got, w)
     assert {k: v for k, v in snapshot(tmp_path).items() if not k.startswith("out/")} == before
+
+
+def test_engine_file_as_input_is_refused(tmp_path: Path):
+    """An engine is a build product: refused by content (TensorRT's magic bytes), whatever --from says."""
+    from unframe.converters.backends.tensorrt.sidecar import is_engine_file
+
+    eng = tmp_path / "model.bin"  # no engine suffix: detection is by content
+    eng.write_bytes(b"ftrt" + bytes(60))
+    if not is_engine_file(eng):
+        pytest.skip("engine magic differs in this TensorRT flavour")
+    before = snapshot(tmp_path)
+    res = CliRunner().invoke(cli, ["convert", str(eng), "--from", "onnx", "-o", str(tmp_path / "o.onnx")])
+    assert res.exit_code == 3 and "is a TensorRT engine" in res.stderr
+    assert snapshot(tmp_path) == before
+
+
+def test_engine_suffix_as_input_is_refused(tmp_path: Path):
+    eng = tmp_path / "model.engine"
+    eng.write_bytes(bytes(64))
+    res = CliRunner().invoke(cli, ["convert", str(eng), "-o", str(tmp_path / "o.onnx")])
+    assert res.exit_code == 3 and "is a TensorRT engine" in res.stderr

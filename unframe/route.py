@@ -94,6 +94,10 @@ def is_reference(source: Any) -> bool:
 
 def detect_frontend(source: Any, from_: str | None) -> Frontend:
     """The frontend for a path or object, from ``from_`` or by looking at it (no imports)."""
+    if isinstance(source, Path) and source.is_file():
+        from unframe.converters.backends.tensorrt.sidecar import reject_engine_input
+
+        reject_engine_input(source)  # a build product, not a model: say so whatever --from says
     if from_:
         fe = get_frontend(from_)
         if isinstance(source, Path):

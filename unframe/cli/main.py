@@ -154,6 +154,7 @@ def _console() -> Any:
 @click.option("--timing-cache", type=click.Path(), help="tensorrt: timing cache to load and save.")
 @click.option("--version-compatible", is_flag=True, default=None, help="tensorrt: version-compatible engine.")
 @click.option("--hardware-compatibility", metavar="LEVEL", help="tensorrt: e.g. ampere+.")
+@click.option("--builder-optimization-level", type=click.IntRange(0, 5), help="tensorrt: 0 (fast build) to 5.")
 @json_option
 @debug_option
 @handle_errors

@@ -19,7 +19,13 @@ def _frontends_backends() -> list[str]:
     return lines + [""]
 
 
-SECTIONS: list[Callable[[], list[str]]] = [_frontends_backends]
+def _tensorrt() -> list[str]:
+    from unframe.converters.backends.tensorrt.backend import support_markdown
+
+    return support_markdown() + [""]
+
+
+SECTIONS: list[Callable[[], list[str]]] = [_frontends_backends, _tensorrt]
 
 
 def render() -> str:
