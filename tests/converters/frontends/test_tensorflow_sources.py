@@ -230,3 +230,23 @@ def test_exact_gelu_through_the_erfc_extension(fe) -> None:
     assert "Erfc" not in ops and "Erf" in ops
     assert not export.notes
     _assert_matches_keras(model, export)
+
+
+def test_tflite_static(fe, cnn, cnn_files) -> None:
+    _, export = _export(fe, cnn_files["tflite"], InputSpec(static=True))
+    assert list(export.model.graph.inputs[0].shape) == [1, 16, 16, 3]
+    assert len(export.feeds) == 1
+    _assert_matches_keras(cnn, export)
+
+
+def test_dynamic_axis_names_from_the_caller(fe) -> None:
+    fn = tf.function(lambda x: tf.reduce_mean(x, axis=1, keepdims=True) - x,
+                     input_signature=[tf.TensorSpec([None, None], tf.float32, name="x")])
+    _, export = _export(fe, fn, InputSpec(dynamic=[("x", 0, "rows"), ("x", -1, "cols")]))
+    dims = [d.value for d in export.model.graph.inputs[0].shape]
+    assert dims == ["rows", "cols"]
+    assert [f["x"].shape for f in export.feeds] == [(2, 8), (3, 6)]
+    feed = export.feeds[1]
+    got = OnnxRuntimeRunner(export.model).run(feed)["output_0"]
+    np.testing.assert_allclose(got, feed["x"].mean(axis=1, keepdims=True) - feed["x"], rtol=1e-5,
+                               atol=1e-6)

@@ -131,6 +131,7 @@ def from_tflite(model: TfModel, inputs: Sequence[TensorSpec], opset: int) -> onn
     import tf2onnx
 
     register_tf2onnx_extensions()
+    # from_tflite ignores shape_override: finish() writes static dims on the graph inputs.
     proto, _ = tf2onnx.convert.from_tflite(str(model.path), opset=opset)
     for value in list(proto.graph.input) + list(proto.graph.output):
         if value.name in model.tflite_names:
@@ -266,12 +267,14 @@ def give_up(model: TfModel, outcomes: Sequence[Outcome]) -> None:
 
 # -- graph edits ------------------------------------------------------------------------------
 def finish(proto: onnx.ModelProto, inputs: Sequence[TensorSpec], outputs: Sequence[str],
-           batch_named: bool, nchw: Sequence[str]) -> ir.Model:
+           batch_named: bool, nchw: Sequence[str],
+           dim_names: dict[tuple[str, int], str] | None = None) -> ir.Model:
+    """``dim_names``: names the caller gave dynamic axes, ``{(input, axis): name}``."""
     model = ir.serde.deserialize_model(proto)
     _name_io(model.graph.inputs, [t.name for t in inputs])
     if outputs:
         _name_io(model.graph.outputs, list(outputs))
-    _name_dims(model, inputs, batch_named)
+    _name_dims(model, batch_named, dim_names or {}, {t.name: t.shape for t in inputs})
     for name in nchw:
         transpose_input_to_nchw(model, name)
     return model
@@ -291,17 +294,25 @@ def _name_io(values: Sequence[ir.Value], names: list[str]) -> None:
         value.name = name
 
 
-def _name_dims(model: ir.Model, inputs: Sequence[TensorSpec], batch_named: bool) -> None:
-    """tf2onnx names unknown dims "unk__12"; give them stable names ("batch", "<input>_dim<i>")."""
+def _name_dims(model: ir.Model, batch_named: bool, given: dict[tuple[str, int], str],
+               shapes: dict[str, tuple[int | str | None, ...] | None]) -> None:
+    """tf2onnx names unknown dims "unk__12"; give them stable names: the caller's, else
+    "batch" (axis 0 of a Keras-like model) or "<input>_dim<axis>". Dims the input spec fixes
+    are written as ints (routes such as from_tflite ignore the requested shapes)."""
     renames: dict[str, str] = {}
     for value in model.graph.inputs:
         if value.shape is None:
             continue
         dims = list(value.shape)
+        wanted = shapes.get(value.name)
         for axis, dim in enumerate(dims):
             if isinstance(dim, int):
                 continue
-            new = "batch" if axis == 0 and batch_named else f"{value.name}_dim{axis}"
+            if wanted is not None and len(wanted) == len(dims) and isinstance(wanted[axis], int):
+                dims[axis] = wanted[axis]
+                continue
+            new = given.get((value.name, axis)) or (
+                "batch" if axis == 0 and batch_named else f"{value.name}_dim{axis}")
             if isinstance(dim, ir.SymbolicDim) and dim.value:
                 renames.setdefault(dim.value, new)
             dims[axis] = new

@@ -33,7 +33,7 @@ def export(model: TfModel, spec: InputSpec, opset: int, nchw_option: Any,
     finished: dict[int, ir.Model] = {}  # id(proto) -> edited graph, made once per route
 
     def check(proto: onnx.ModelProto) -> str:
-        finished[id(proto)] = _finish(model, proto, inputs, nchw)
+        finished[id(proto)] = _finish(model, proto, inputs, nchw, spec)
         return _check(model, finished[id(proto)], inputs, nchw, feeds[0], self_check)
 
     for attempt in routes.attempts(model, inputs, opset):
@@ -49,7 +49,7 @@ def export(model: TfModel, spec: InputSpec, opset: int, nchw_option: Any,
         # reports the numbers instead of a vague conversion error.
         tried.append(first_parity)
     chosen, outcome = tried[-1]
-    ir_model = finished.get(id(outcome.proto)) or _finish(model, outcome.proto, inputs, nchw)
+    ir_model = finished.get(id(outcome.proto)) or _finish(model, outcome.proto, inputs, nchw, spec)
     notes = list(dict.fromkeys(o.problem for _, o in tried if o.problem))
     if len(tried) > 1:
         notes.append(f"used route {chosen.route}")
@@ -60,9 +60,15 @@ def export(model: TfModel, spec: InputSpec, opset: int, nchw_option: Any,
 
 
 def _finish(model: TfModel, proto: onnx.ModelProto, inputs: Sequence[TensorSpec],
-            nchw: Sequence[str]) -> ir.Model:
-    return routes.finish(proto, inputs, model.outputs, model.kind in ("keras", "saved_model",
-                                                                      "tflite"), nchw)
+            nchw: Sequence[str], spec: InputSpec) -> ir.Model:
+    given = {(name, axis if axis >= 0 else axis + len(_shape_of(inputs, name))): dim
+             for name, axis, dim in spec.dynamic if dim and _shape_of(inputs, name)}
+    batch_named = model.kind in ("keras", "saved_model", "tflite")
+    return routes.finish(proto, inputs, model.outputs, batch_named, nchw, given)
+
+
+def _shape_of(inputs: Sequence[TensorSpec], name: str) -> tuple[Any, ...]:
+    return next((tuple(t.shape or ()) for t in inputs if t.name == name), ())
 
 
 def _check(model: TfModel, candidate: ir.Model, inputs: Sequence[TensorSpec],

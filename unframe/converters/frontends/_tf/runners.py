@@ -19,7 +19,7 @@ from unframe.converters.frontends._tf.native import TfModel, make_interpreter
 from unframe.validate.runner import Runner, TensorSpec
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _version(*dists: str) -> str:
     for dist in dists:
         try:
@@ -53,7 +53,10 @@ class _TfRunner(Runner):
         for t in self.inputs:
             value = np.asarray(feeds[t.name])
             arrays[t.name] = to_channels_last(value) if t.name in self.nchw_inputs else value
-        values = self._run(arrays)
+        values = self._run(arrays)  # in the order of self.model.outputs
+        if set(self.model.outputs) == set(self.onnx_outputs):
+            by_name = dict(zip(self.model.outputs, values, strict=True))
+            return {name: np.asarray(by_name[name]) for name in self.onnx_outputs}
         return {name: np.asarray(values[i]) for i, name in enumerate(self.onnx_outputs)}
 
     def _run(self, arrays: dict[str, np.ndarray]) -> list[np.ndarray]:
