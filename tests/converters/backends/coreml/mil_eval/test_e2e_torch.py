@@ -130,3 +130,45 @@ def test_runner_accepts_an_in_memory_mlmodel(tmp_path: Path) -> None:
     (got,) = MILRunner(mlmodel).run({"x": x.numpy()}).values()
     with torch.no_grad():
         np.testing.assert_allclose(got, model(x).numpy(), atol=1e-4)
+
+
+class Fn(torch.nn.Module):
+    """A one-expression model for the op sweep below."""
+
+    def __init__(self, fn: Any, *modules: Any) -> None:
+        super().__init__()
+        self.fn = fn
+        self.mods = torch.nn.ModuleList(modules)
+
+    def forward(self, x: Any) -> Any:
+        return self.fn(self.mods, x)
+
+
+F = torch.nn.functional
+SWEEP = {  # what coremltools' torch frontend emits for common layers (upsample caught a real bug)
+    "conv_transpose": (lambda: Fn(lambda m, x: m[0](x), torch.nn.ConvTranspose2d(3, 4, 3, stride=2, padding=1, output_padding=1)), (1, 3, 5, 6)),
+    "upsample": (lambda: Fn(lambda m, x: F.interpolate(x, scale_factor=2, mode="bilinear", align_corners=False)
+                            + F.interpolate(x, scale_factor=2, mode="nearest")), (1, 3, 5, 6)),
+    "pad": (lambda: Fn(lambda m, x: F.pad(x, (1, 2, 2, 1), mode="reflect") + F.pad(x, (1, 2, 2, 1), mode="replicate")), (1, 3, 5, 6)),
+    "activations": (lambda: Fn(lambda m, x: torch.cumsum(x, 1) + torch.topk(x, 2, dim=-1).values.sum(-1, keepdim=True)
+                               + x.flip(-1) + F.hardswish(x) + F.hardsigmoid(x) + F.elu(x) + F.leaky_relu(x, 0.2)), (2, 3, 4, 6)),
+    "norms": (lambda: Fn(lambda m, x: m[0](x) + m[1](x) + F.normalize(x, dim=1),
+                         torch.nn.GroupNorm(3, 6), torch.nn.InstanceNorm2d(6, affine=True)), (2, 6, 4, 5)),
+    "ceil_pools": (lambda: Fn(lambda m, x: F.avg_pool2d(x, 3, 2, padding=1, ceil_mode=True)
+                              + F.max_pool2d(x, 3, 2, padding=1, ceil_mode=True)), (1, 2, 9, 8)),
+    "bilstm": (lambda: Fn(lambda m, x: m[0](x)[0], torch.nn.LSTM(4, 5, batch_first=True, bidirectional=True, num_layers=2)), (2, 6, 4)),
+    "indexing": (lambda: Fn(lambda m, x: torch.gather(x, 1, torch.tensor([[0, 2, 1], [1, 1, 0]])) + x[:, [2, 0, 1]]
+                            + torch.where(x > 0, x, x * 0.1).clamp(-0.5, 0.7)), (2, 3)),
+}
+
+
+@pytest.mark.parametrize("name", list(SWEEP))
+def test_torch_op_sweep_matches_torch(name: str, tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    factory, shape = SWEEP[name]
+    model = factory().eval()
+    x = torch.randn(*shape)
+    with torch.no_grad():
+        expected = model(x).numpy()
+    (got,) = MILRunner(_convert(model, x, "fp32", tmp_path)).run({"x": x.numpy()}).values()
+    np.testing.assert_allclose(got, expected, atol=1e-4, rtol=1e-4)

@@ -159,6 +159,17 @@ def test_normalizations_match_torch() -> None:
     np.testing.assert_allclose(got_ln, F.layer_norm(tx, (5, 6), eps=1e-5).numpy(), rtol=1e-4, atol=1e-4)
 
 
+@covers("upsample_bilinear")
+@pytest.mark.parametrize("opset", [15, 16])
+def test_upsample_bilinear_half_pixel_by_opset(opset: int) -> None:
+    """iOS15's align_corners=False is half-pixel; iOS16 spells it half_pixel_centers (default on)."""
+    x = rand(10, 1, 2, 4, 5)
+    (got,) = evaluate_one("upsample_bilinear", lambda v: mb.upsample_bilinear(
+        x=v, scale_factor_height=2.0, scale_factor_width=3.0, align_corners=False), x, opset=opset)
+    want = F.interpolate(t(x), scale_factor=(2, 3), mode="bilinear", align_corners=False)
+    np.testing.assert_allclose(got, want.numpy(), rtol=1e-5, atol=1e-5)
+
+
 @covers("upsample_nearest_neighbor", "upsample_bilinear", "resize_bilinear", "resize_nearest_neighbor", "resize")
 def test_resizing_matches_torch() -> None:
     x = rand(11, 1, 2, 4, 5)

@@ -53,21 +53,23 @@ def bilinear(x: np.ndarray, out_h: int, out_w: int, mode_h: Any, mode_w: Any = N
 
 
 def _upsample_positions(size_in: int, scale: float, align_corners: bool, half_pixel: bool) -> np.ndarray:
+    """Spacing is Xin / Xout (not 1 / scale), as the spec's notes define it."""
     size_out = int(np.floor(size_in * scale))
-    i = np.arange(size_out, dtype=np.float64)
     if align_corners:
         return grid(size_in, size_out, "STRICT_ALIGN_CORNERS")
-    pos = (i + 0.5) / scale - 0.5 if half_pixel else i / scale
+    spacing = size_in / size_out
+    i = np.arange(size_out, dtype=np.float64)
+    pos = i * spacing + 0.5 * spacing - 0.5 if half_pixel else i * spacing
     return np.clip(pos, 0, size_in - 1)
 
 
 @kernel("upsample_bilinear")
 def upsample_bilinear(ctx: Any, x: np.ndarray, scale_factor_height: Any = 1, scale_factor_width: Any = 1,
                       align_corners: Any = True, half_pixel_centers: Any = None) -> np.ndarray:
+    # iOS15: align_corners=False means half-pixel centres; iOS16 adds half_pixel_centers
+    # (default: not align_corners), where False gives the legacy i * spacing grid
     align = bool(align_corners)
     half = (not align) if half_pixel_centers is None else bool(half_pixel_centers)
-    if ctx.opset < 16:
-        half = False  # iOS15 has no half_pixel_centers: the legacy i/scale grid
     pos_h = _upsample_positions(x.shape[-2], float(scale_factor_height), align, half)
     pos_w = _upsample_positions(x.shape[-1], float(scale_factor_width), align, half)
     return bilinear(x, len(pos_h), len(pos_w), pos_h, pos_w)
