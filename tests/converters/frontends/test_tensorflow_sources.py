@@ -250,3 +250,28 @@ def test_dynamic_axis_names_from_the_caller(fe) -> None:
     got = OnnxRuntimeRunner(export.model).run(feed)["output_0"]
     np.testing.assert_allclose(got, feed["x"].mean(axis=1, keepdims=True) - feed["x"], rtol=1e-5,
                                atol=1e-6)
+
+
+def test_subclassed_keras_model_with_samples(fe) -> None:
+    import keras
+
+    class Scorer(keras.Model):
+        def __init__(self) -> None:
+            super().__init__()
+            self.embed = keras.layers.Embedding(7, 3)
+            self.head = keras.layers.Dense(2)
+
+        def call(self, tokens):
+            return self.head(keras.ops.mean(self.embed(tokens), axis=1))
+
+    keras.utils.set_random_seed(0)
+    model = Scorer()
+    tokens = np.array([[1, 2, 3], [6, 0, 5]], dtype=np.int32)
+    model(tokens)  # build
+    native, export = _export(fe, model, InputSpec(samples=tokens))
+    assert native.int_high == 7
+    assert [v.name for v in export.model.graph.outputs] == ["output_0"]
+    ort = OnnxRuntimeRunner(export.model)
+    for feed in export.feeds:
+        np.testing.assert_allclose(ort.run(feed)["output_0"], model(feed["input_0"]).numpy(),
+                                   atol=1e-5, rtol=1e-4)

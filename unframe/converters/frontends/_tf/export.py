@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -92,8 +93,11 @@ def from_keras(model: TfModel, inputs: Sequence[TensorSpec], opset: int) -> onnx
     import tf2onnx
 
     register_tf2onnx_extensions()
-    proto, _ = tf2onnx.convert.from_keras(model.obj, input_signature=to_tf_specs(inputs),
-                                          opset=opset)
+    with warnings.catch_warnings():
+        # tf2onnx calls dict-input models with a list; Keras warns but maps them by name.
+        warnings.filterwarnings("ignore", message="The structure of `inputs` doesn't match")
+        proto, _ = tf2onnx.convert.from_keras(model.obj, input_signature=to_tf_specs(inputs),
+                                              opset=opset)
     return proto
 
 

@@ -223,12 +223,35 @@ def from_object(obj: Any, signature: str | None) -> TfModel:
 
 
 def from_keras(model: Any, source: str, path: Path | None) -> TfModel:
+    if not _functional_inputs(model):
+        return _subclassed(model, source)
     inputs = []
     for tensor in model.inputs:
         shape = tuple(None if d is None else int(d) for d in tensor.shape)
         inputs.append(TensorSpec(tensor.name, shape, _np_name(tensor.dtype)))
     return TfModel("keras", model, source, inputs, keras_output_names(model), path=path,
                    int_high=embedding_bound(model))
+
+
+def _functional_inputs(model: Any) -> list[Any]:
+    try:
+        return list(model.inputs or [])
+    except (AttributeError, ValueError):  # subclassed models have no symbolic inputs
+        return []
+
+
+def _subclassed(model: Any, source: str) -> TfModel:
+    """A subclassed Keras model has no symbolic inputs: export its call as a tf.function
+    (inputs from the caller's samples or --inputs), positional arguments as Keras takes them."""
+    import tensorflow as tf
+
+    def call(*args: Any) -> Any:
+        return model(args[0] if len(args) == 1 else list(args), training=False)
+
+    fn = tf.function(call, autograph=False)
+    described = from_function(fn, f"{source} (subclassed, exported through its call)")
+    described.int_high = embedding_bound(model)
+    return described
 
 
 def keras_output_names(model: Any) -> list[str]:
