@@ -182,6 +182,17 @@ def run_case(args: tuple[int, list[int]]) -> list[dict[str, Any]]:
     from unframe.opset import exists_at
 
     case = CASES[index]
+    started = time.time()
+    try:
+        return _run_case(case, targets)
+    finally:
+        if time.time() - started > 30:
+            print(f"slow case {case.name}: {time.time() - started:.0f}s", file=sys.stderr, flush=True)
+
+
+def _run_case(case: Any, targets: list[int]) -> list[dict[str, Any]]:
+    from unframe.opset import exists_at
+
     model = case.model
     if _is_random(model):
         return []
@@ -190,6 +201,7 @@ def run_case(args: tuple[int, list[int]]) -> list[dict[str, Any]]:
     if not runtimes:
         return []
     ops = _ops(model)
+    original_valid = not _checker(model)
     rows = []
     for target in targets:
         if target == source:
@@ -202,7 +214,7 @@ def run_case(args: tuple[int, list[int]]) -> list[dict[str, Any]]:
             if converted is None:
                 verdict, note = ("crash" if why.startswith("crash") else "refused"), why
             else:
-                check = _checker(converted) if name == "unframe" and not _checker(model) else ""
+                check = _checker(converted) if name == "unframe" and original_valid else ""
                 others = [r for r in ("ort", "ref") if r not in runtimes]
                 verdict, _ = _judge(converted, case, runtimes + others)
                 note = f"checker: {check}" if check else ""
@@ -266,8 +278,10 @@ def main() -> None:
     if args.jobs > 1:
         ctx = multiprocessing.get_context("fork")
         with ctx.Pool(args.jobs, maxtasksperchild=50) as pool:
-            for part in pool.imap_unordered(run_case, work, chunksize=4):
+            for done, part in enumerate(pool.imap_unordered(run_case, work, chunksize=1)):
                 rows.extend(part)
+                if done % 200 == 0:
+                    print(f"{done}/{len(work)} cases, {time.time() - started:.0f}s", file=sys.stderr, flush=True)
     else:
         for item in work:
             rows.extend(run_case(item))

@@ -83,13 +83,14 @@ def _all_values(model: ir.Model) -> list[ir.Value]:
 
 
 def _run(model: ir.Model, targets: dict[str, int]) -> Walker:
-    from onnx_ir.passes.common import ShapeInferencePass
+    from unframe.version_converter.types import infer_types
 
     # types and ranks of intermediate values let adapters check dtypes and fix axes; shape
     # inference serializes the graph without large initializers, so no weight is read. The inferred
     # types are only for the adapters: the declared ones are put back afterwards.
-    declared = {id(v): (v.type, v.shape) for v in _all_values(model)}
-    ShapeInferencePass(strict_mode=False)(model)
+    values = _all_values(model)
+    declared = {id(v): (v.type, v.shape) for v in values}
+    infer_types(model, values)
     walker = Walker(targets)
     walker.walk_graph(model.graph, _imports_of(model.graph))
     for function in model.functions.values():

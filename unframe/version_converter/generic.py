@@ -119,18 +119,51 @@ def generic_step(node: ir.Node, step: Step, *, semantics_handled: bool = False) 
     ``semantics_handled``: an adapter that already dealt with a semantic change calls this for the
     structural checks.
     """
-    old, new = step.from_schema, step.to_schema
-    if new is None:
+    if step.to_schema is None:
         step.refuse(f"{node.op_type} does not exist at opset {step.to_version}")
     why = SEMANTIC_CHANGES.get((step.domain, node.op_type, max(step.from_version, step.to_version)))
     if why and not semantics_handled:
         step.refuse(f"{why}; no adapter for this node")
+    key = _cache_key(node, step)
+    verdict = _VERDICTS.get(key)
+    if verdict is None:
+        verdict = _VERDICTS[key] = _structural_verdict(node, step)
+    problems, droppable = list(verdict[0]), verdict[1]
+    negative = _negative_axes_fix(node, step)
+    if isinstance(negative, str):
+        problems.append(negative)
+    if problems:
+        step.refuse("; ".join(problems))
+    for name in droppable:
+        node.attributes.pop(name)
+    if isinstance(negative, tuple):
+        step.set_attr(*negative)
+
+
+# the structural verdict only depends on the op, the step, the attributes the target lacks, the
+# input/output counts and the dtypes: cached, as big models repeat the same few node kinds
+_VERDICTS: dict[tuple[Any, ...], tuple[tuple[str, ...], tuple[str, ...]]] = {}
+# list attributes whose schema has no default but whose implicit value is "all ones"
+_IMPLICIT_ONES = {"dilations", "strides"}
+
+
+def _cache_key(node: ir.Node, step: Step) -> tuple[Any, ...]:
+    new = step.to_schema
+    extra = tuple(sorted((n, repr(a.value)) for n, a in node.attributes.items() if n not in new.attributes))
+    types = tuple(type_string(v.type) if v is not None else None for v in (*node.inputs, *node.outputs))
+    return (step.domain, node.op_type, step.from_version, step.to_version, extra,
+            tuple(sorted(node.attributes)), _count(node.inputs), len(node.outputs), _count(node.outputs), types)
+
+
+def _structural_verdict(node: ir.Node, step: Step) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    old, new = step.from_schema, step.to_schema
     problems: list[str] = []
     droppable = []
     for name, attr in node.attributes.items():
         if name in new.attributes:
             continue
-        if _attr_equals_default(attr, old):
+        if _attr_equals_default(attr, old) or (
+                name in _IMPLICIT_ONES and isinstance(attr.value, (list, tuple)) and all(v == 1 for v in attr.value)):
             droppable.append(name)
         else:
             problems.append(f"attribute {name!r} does not exist at opset {step.to_version}")
@@ -143,15 +176,7 @@ def generic_step(node: ir.Node, step: Step, *, semantics_handled: bool = False) 
     if n_out > new.max_output or len(node.outputs) < new.min_output:
         problems.append(f"{n_out} outputs, opset {step.to_version} gives {new.min_output}..{new.max_output}")
     problems += check_types(node, new)
-    negative = _negative_axes_fix(node, step)
-    if isinstance(negative, str):
-        problems.append(negative)
-    if problems:
-        step.refuse("; ".join(problems))
-    for name in droppable:
-        node.attributes.pop(name)
-    if isinstance(negative, tuple):
-        step.set_attr(*negative)
+    return tuple(problems), tuple(droppable)
 
 
 def _negative_axes_fix(node: ir.Node, step: Step) -> tuple[str, Any] | str | None:

@@ -57,3 +57,8 @@ def adapter(op: str, from_version: int, to_version: int, *, domain: str = "") ->
 
 def find_adapter(domain: str, op: str, from_version: int, to_version: int) -> AdapterFn | None:
     return ADAPTERS.get(AdapterKey(domain, op, from_version, to_version), None)
+
+
+def adapter_table() -> dict[AdapterKey, AdapterFn]:
+    """A snapshot of the registry (loaded) for a walk: one lookup per step without the registry lock."""
+    return dict(ADAPTERS.items())

@@ -9,6 +9,7 @@ A refusal is recorded as a ``Blocker`` and the walk goes on, so every blocker is
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections import Counter, deque
 from typing import Any
@@ -21,7 +22,7 @@ from unframe.errors import Blocker
 from unframe.version_converter import generic
 from unframe.version_converter.context import Refused, Step
 from unframe.version_converter.expand import expand
-from unframe.version_converter.registry import AdapterKey, find_adapter
+from unframe.version_converter.registry import AdapterKey, adapter_table
 
 CONVERTED_DOMAINS = ("", facts.ML_DOMAIN)
 
@@ -30,6 +31,7 @@ def _norm(domain: str) -> str:
     return "" if domain == "ai.onnx" else domain
 
 
+@functools.cache
 def _schema_since(op: str, version: int, domain: str) -> onnx.defs.OpSchema | None:
     try:
         schema = onnx.defs.get_schema(op, version, domain)
@@ -49,6 +51,11 @@ class Walker:
         self._queue: deque[ir.Node] = deque()
         self._names = itertools.count()
         self._seen_graphs: set[int] = set()
+        self._adapters = adapter_table()
+        self._plans: dict[tuple[str, str, int, int], list[tuple[str, int, int]]] = {}
+
+    def find_adapter(self, domain: str, op: str, frm: int, to: int) -> Any:
+        return self._adapters.get(AdapterKey(domain, op, frm, to))
 
     # -- bookkeeping used by Step / expand --------------------------------------------------------
     def fresh_name(self, hint: str) -> str:
@@ -94,16 +101,21 @@ class Walker:
             return True
         changed = False
         try:
-            while current != target:
-                nxt = self._next(node, current, target, domain)
-                if nxt is None:
-                    break
-                step_to, replaced = nxt
+            for kind, frm, to in self._plan(node.op_type, domain, current, target):
                 changed = True
-                if replaced:
+                if kind == "expand":
+                    schema = _schema_since(node.op_type, frm, domain)
+                    assert schema is not None
+                    expand(node, schema, self)
+                    self.expanded.append(node.op_type)
+                    self.fired[f"expand:{node.op_type}"] += 1
                     self.nodes_changed += 1
                     return False
-                current = step_to
+                old = _schema_since(node.op_type, frm, domain) if frm > to else facts.schema_at(node.op_type, frm, domain)
+                new = _schema_since(node.op_type, to, domain) if to > frm else facts.schema_at(node.op_type, to, domain)
+                if self._step(node, domain, frm, to, old, new):
+                    self.nodes_changed += 1
+                    return False
         except Refused as exc:
             self._block(node, exc.reason)
             return True
@@ -111,34 +123,34 @@ class Walker:
         self.nodes_changed += int(changed)
         return True
 
-    def _next(self, node: ir.Node, current: int, target: int, domain: str) -> tuple[int, bool] | None:
-        op = node.op_type
+    def _plan(self, op: str, domain: str, current: int, target: int) -> list[tuple[str, int, int]]:
+        """The steps from ``current`` to ``target``: ("step", from, to) where the schema changes, or a
+        final ("expand", since, since - 1) below the op's introduction with no adapter for it."""
+        key = (op, domain, current, target)
+        plan = self._plans.get(key)
+        if plan is not None:
+            return plan
+        plan = []
         if target > current:
-            later = [v for v in facts.since_versions(op, domain) if current < v <= target]
-            if not later:
-                return None
-            to = later[0]
-            frm = to - 1
-            return to, self._step(node, domain, frm, to, facts.schema_at(op, frm, domain), _schema_since(op, to, domain))
-        since = facts.since_version_at(op, current, domain)
-        if since is None or since <= target:
-            return None
-        to = since - 1
-        older = facts.schema_at(op, to, domain)
-        key = AdapterKey(domain, op, since, to)
-        if older is None and find_adapter(domain, op, since, to) is None:
-            schema = _schema_since(op, since, domain)
-            assert schema is not None
-            expand(node, schema, self)
-            self.expanded.append(op)
-            self.fired[f"expand:{op}"] += 1
-            return to, True
-        del key
-        return to, self._step(node, domain, since, to, _schema_since(op, since, domain), older)
+            plan = [("step", v - 1, v) for v in facts.since_versions(op, domain) if current < v <= target]
+        else:
+            version = current
+            while True:
+                since = facts.since_version_at(op, version, domain)
+                if since is None or since <= target:
+                    break
+                if facts.schema_at(op, since - 1, domain) is None and \
+                        self.find_adapter(domain, op, since, since - 1) is None:
+                    plan.append(("expand", since, since - 1))
+                    break
+                plan.append(("step", since, since - 1))
+                version = since - 1
+        self._plans[key] = plan
+        return plan
 
     def _step(self, node: ir.Node, domain: str, frm: int, to: int, old: Any, new: Any) -> bool:
         step = Step(self, node, domain, frm, to, old, new)
-        fn = find_adapter(domain, node.op_type, frm, to)
+        fn = self.find_adapter(domain, node.op_type, frm, to)
         if fn is not None:
             fn(node, step)
             self.fired[str(AdapterKey(domain, node.op_type, frm, to))] += 1

@@ -43,7 +43,10 @@ def split_18_17(node: ir.Node, step: Step) -> None:
     axis = step.attr("axis", 0)
     if shape is not None and shape[axis] % n != 0:
         size = -(-shape[axis] // n)
-        sizes = [size] * (n - 1) + [max(shape[axis] - size * (n - 1), 0)]
+        sizes, left = [], shape[axis]
+        for _ in range(n):  # chunks of ceil(d/n), the last smaller (zero-sized past the end)
+            sizes.append(min(size, left))
+            left -= sizes[-1]
         step.drop_attr("num_outputs")
         node.resize_inputs(2)
         node.replace_input_with(1, step.const(sizes, "int64"))

@@ -1,0 +1,67 @@
+"""Types and shapes of intermediate values, inferred by onnx without reading any weight.
+
+onnx-ir's ShapeInferencePass round-trips the whole model; here the graph is serialized with its large
+initializers detached (shape inference only needs small constants such as Reshape targets), and the
+inferred types are set on values that have none.
+"""
+
+from __future__ import annotations
+
+import onnx
+import onnx_ir as ir
+
+SMALL_INITIALIZER_BYTES = 1 << 16
+
+
+def _collect(graph: onnx.GraphProto, found: dict[str, onnx.TypeProto]) -> None:
+    for vi in list(graph.value_info) + list(graph.output) + list(graph.input):
+        if vi.type.WhichOneof("value") is not None:
+            found.setdefault(vi.name, vi.type)
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                _collect(attr.g, found)
+            elif attr.type == onnx.AttributeProto.GRAPHS:
+                for g in attr.graphs:
+                    _collect(g, found)
+
+
+def _is_small(value: ir.Value) -> bool:
+    tensor = value.const_value
+    return tensor is not None and not isinstance(tensor, ir.ExternalTensor) and tensor.nbytes <= SMALL_INITIALIZER_BYTES
+
+
+def _light_proto(model: ir.Model) -> onnx.ModelProto:
+    initializers = model.graph.initializers
+    everything = list(initializers.values())
+    large = [v for v in everything if not _is_small(v)]
+    for value in large:
+        initializers.pop(value.name)
+    try:
+        return ir.to_proto(model)
+    finally:
+        initializers.clear()
+        for value in everything:
+            initializers[value.name] = value
+
+
+def infer_types(model: ir.Model, values: list[ir.Value]) -> None:
+    """Set type and shape on each of ``values`` that has no type, from onnx shape inference."""
+    try:
+        inferred = onnx.shape_inference.infer_shapes(_light_proto(model), check_type=False,
+                                                     strict_mode=False, data_prop=True)
+    except Exception:  # inference only helps the adapters; without it they refuse what needs types
+        return
+    found: dict[str, onnx.TypeProto] = {}
+    _collect(inferred.graph, found)
+    for value in values:
+        if value.type is None and value.name and value.name in found:
+            _apply(value, found[value.name])
+
+
+def _apply(value: ir.Value, type_proto: onnx.TypeProto) -> None:
+    try:
+        value.type = ir.serde.deserialize_type_proto_for_type(type_proto)
+        value.shape = ir.serde.deserialize_type_proto_for_shape(type_proto)
+    except Exception:  # a type onnx-ir can't express: leave it unknown
+        value.type, value.shape = None, None
