@@ -239,7 +239,9 @@ def _convert_other(job: Job, result: dict[str, Any]) -> None:
     out = Path(job.output)
     out.parent.mkdir(parents=True, exist_ok=True)
     try:
-        res = api.convert(path, from_=job.source_format, to=job.target, output=out, opset=job.opset,
+        # A backend target brings the model to its own canonical opset; --opset is for ONNX output.
+        opset = job.opset if job.target == "onnx" else None
+        res = api.convert(path, from_=job.source_format, to=job.target, output=out, opset=opset,
                           sample_inputs=str(saved) if saved else None, force=True)
     except ParityError as exc:
         if exc.report is not None:
