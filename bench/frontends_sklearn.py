@@ -57,16 +57,6 @@ def models(quick: bool) -> list[tuple[str, Any, np.ndarray]]:
     return out
 
 
-def _median_time(fn: Callable[[], Any], reps: int) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
 def _bare(model: Any, samples: Any) -> Callable[[], Any]:
     """skl2onnx as a user would call it by hand: initial types written out, zipmap off."""
     from skl2onnx import to_onnx
@@ -75,11 +65,16 @@ def _bare(model: Any, samples: Any) -> Callable[[], Any]:
     from unframe.converters.frontends._sklearn.export import final_classifier_options
 
     if hasattr(samples, "columns"):
-        kinds = {"O": StringTensorType, "i": Int64TensorType}
-        types = [(c, kinds.get(samples[c].dtype.kind, FloatTensorType)([None, 1]))
-                 for c in samples.columns]
-        types = [(c, StringTensorType([None, 1]) if not np.issubdtype(samples[c].dtype, np.number)
-                  else t) for c, t in types]
+        import pandas as pd
+
+        def column_type(dtype: Any) -> Any:
+            if pd.api.types.is_integer_dtype(dtype):
+                return Int64TensorType([None, 1])
+            if pd.api.types.is_float_dtype(dtype):
+                return FloatTensorType([None, 1])
+            return StringTensorType([None, 1])
+
+        types = [(c, column_type(samples[c].dtype)) for c in samples.columns]
     else:
         types = [("X", FloatTensorType([None, samples.shape[1]]))]
     options = final_classifier_options(model, False) or None
@@ -104,34 +99,54 @@ def _frontend(model: Any, samples: Any) -> Callable[[], Any]:
     return lambda: fe.to_onnx(model, InputSpec(samples=samples), opts)
 
 
+def _interleaved(fns: dict[str, Callable[[], Any]], reps: int) -> dict[str, float]:
+    """Median time of each function, the repetitions interleaved round-robin so that a change of
+    machine load hits every tool alike."""
+    for fn in fns.values():
+        fn()  # warm-up
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    for _ in range(reps):
+        for key, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            times[key].append(time.perf_counter() - t0)
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
 def run(quick: bool) -> list[dict]:
     from threadpoolctl import threadpool_limits
 
     reps = 3 if quick else 7
+    rows = []
     with threadpool_limits(1), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         cases = models(quick)
-        # bare skl2onnx first, before unframe registers its converters into skl2onnx
-        rows = [_bare_row(name, model, samples, reps) for name, model, samples in cases]
-        for row, (_, model, samples) in zip(rows, cases, strict=True):
-            row["unframe_auto_s"] = _median_time(_unframe(model, samples), reps)
-            row["unframe_float_s"] = _median_time(
-                _unframe(model, samples, float_precision="float"), reps)
-            row["frontend_float_s"] = _median_time(_frontend(model, samples), reps)
-            bare = row["skl2onnx_s"]
-            row["ratio_frontend"] = row["frontend_float_s"] / bare if bare else None
-            row["ratio_auto"] = row["unframe_auto_s"] / bare if bare else None
-            row["ratio_float"] = row["unframe_float_s"] / bare if bare else None
+        # Try bare skl2onnx on every model before unframe registers its converters into skl2onnx
+        # (HistGradientBoosting then works through unframe's converter, also when called bare).
+        bare_fails = {name: _bare_failure(model, samples) for name, model, samples in cases}
+        for name, model, samples in cases:
+            fns = {"unframe_auto_s": _unframe(model, samples),
+                   "unframe_float_s": _unframe(model, samples, float_precision="float"),
+                   "frontend_float_s": _frontend(model, samples)}
+            if not bare_fails[name]:
+                fns["skl2onnx_s"] = _bare(model, samples)
+            row: dict[str, Any] = {"model": name, **_interleaved(fns, reps),
+                                   "note": bare_fails[name]}
+            row["auto_route"] = fns["unframe_auto_s"]().export.route
+            bare = row.get("skl2onnx_s")
+            for key, ratio in (("unframe_auto_s", "ratio_auto"), ("unframe_float_s", "ratio_float"),
+                               ("frontend_float_s", "ratio_frontend")):
+                row[ratio] = row[key] / bare if bare else None
+            rows.append(row)
     return rows
 
 
-def _bare_row(name: str, model: Any, samples: Any, reps: int) -> dict[str, Any]:
-    row: dict[str, Any] = {"model": name, "skl2onnx_s": None, "note": ""}
+def _bare_failure(model: Any, samples: Any) -> str:
     try:
-        row["skl2onnx_s"] = _median_time(_bare(model, samples), reps)
+        _bare(model, samples)()
     except Exception as exc:  # noqa: BLE001 - a gap unframe fills
-        row["note"] = f"bare skl2onnx fails: {str(exc).splitlines()[0][:70]}"
-    return row
+        return f"bare skl2onnx fails: {str(exc).splitlines()[0][:70]}"
+    return ""
 
 
 def to_markdown(rows: list[dict], quick: bool) -> str:
@@ -139,23 +154,23 @@ def to_markdown(rows: list[dict], quick: bool) -> str:
         "# scikit-learn frontend vs bare skl2onnx",
         "",
         "`unframe.convert(model, to=\"onnx\", validate=False)` against `skl2onnx.to_onnx` with "
-        f"hand-written initial types, opset {OPSET}, median of {3 if quick else 7} runs after a "
+        f"hand-written initial types, opset {OPSET}, median of {3 if quick else 7} interleaved runs after a "
         "warm-up, one BLAS/OpenMP thread. `auto` is the default precision (checks float32 "
         "against scikit-learn on the samples); `float` skips that check. "
         "`frontend.to_onnx` is the sklearn frontend alone (float route), without `unframe.api`.",
         "Measured by `bench/frontends_sklearn.py` on this machine (2 cores, shared with other jobs, "
         "so absolute times are noisy).",
         "",
-        "| model | skl2onnx (s) | unframe auto (s) | ratio | unframe float (s) | ratio "
-        "| frontend.to_onnx float (s) | ratio | note |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| model | skl2onnx (s) | unframe auto (s) | ratio | auto chose | unframe float (s) "
+        "| ratio | frontend.to_onnx float (s) | ratio | note |",
+        "|---|---:|---:|---:|---|---:|---:|---:|---:|---|",
     ]
     for r in rows:
         def f(key: str, fmt: str = "{:.4f}", r: dict = r) -> str:
             return fmt.format(r[key]) if r.get(key) is not None else "-"
 
         lines.append(f"| {r['model']} | {f('skl2onnx_s')} | {f('unframe_auto_s')} | "
-                     f"{f('ratio_auto', '{:.2f}x')} | {f('unframe_float_s')} | "
+                     f"{f('ratio_auto', '{:.2f}x')} | {r.get('auto_route', '')} | {f('unframe_float_s')} | "
                      f"{f('ratio_float', '{:.2f}x')} | {f('frontend_float_s')} | "
                      f"{f('ratio_frontend', '{:.2f}x')} | {r.get('note', '')} |")
     return "\n".join(lines) + "\n"

@@ -52,16 +52,15 @@ def check_supported(model: Any) -> None:
 
 def flatten(predictor: Any) -> FlatTree:
     nodes = predictor.nodes
-    tree = FlatTree()
-    for node in nodes:
-        tree.is_leaf.append(bool(node["is_leaf"]))
-        tree.values.append(float(node["value"]))
-        tree.features.append(int(node["feature_idx"]))
-        tree.thresholds.append(float(node["num_threshold"]))
-        tree.left.append(int(node["left"]))
-        tree.right.append(int(node["right"]))
-        tree.missing_left.append(int(node["missing_go_to_left"]))
-    return tree
+    return FlatTree(
+        features=nodes["feature_idx"].astype(np.int64).tolist(),
+        thresholds=nodes["num_threshold"].astype(np.float64).tolist(),
+        left=nodes["left"].astype(np.int64).tolist(),
+        right=nodes["right"].astype(np.int64).tolist(),
+        missing_left=nodes["missing_go_to_left"].astype(np.int64).tolist(),
+        is_leaf=nodes["is_leaf"].astype(bool).tolist(),
+        values=nodes["value"].astype(np.float64).tolist(),
+    )
 
 
 def trees_by_target(model: Any) -> list[tuple[int, FlatTree]]:
