@@ -114,7 +114,8 @@ class TensorflowFrontend(Frontend):
         kind = {"keras": "Keras model", "function": "tf.function", "saved_model": "SavedModel",
                 "tflite": "TFLite model"}[native.kind]
         sig = f", signature {native.signature!r}" if native.signature else ""
-        return f"{kind} {native.source}{sig}"
+        where = f"{kind} {native.path}" if native.path is not None else native.source
+        return f"{where}{sig}"
 
 
 @functools.lru_cache(maxsize=1)
