@@ -78,10 +78,10 @@ MODELS = {
 TOLERANCE = {"fp32": 1e-4, "fp16": 1e-2}
 
 
-def _convert(model: Any, x: Any, precision: str, folder: Path) -> Path:
+def _convert(model: Any, x: Any, precision: str, folder: Path, target: Any = None) -> Path:
     mlmodel = ct.convert(
         torch.jit.trace(model, x), inputs=[ct.TensorType(name="x", shape=tuple(x.shape))],
-        convert_to="mlprogram",
+        convert_to="mlprogram", minimum_deployment_target=target,
         compute_precision=ct.precision.FLOAT32 if precision == "fp32" else ct.precision.FLOAT16,
     )
     path = folder / f"model_{precision}.mlpackage"
@@ -172,3 +172,24 @@ def test_torch_op_sweep_matches_torch(name: str, tmp_path: Path) -> None:
         expected = model(x).numpy()
     (got,) = MILRunner(_convert(model, x, "fp32", tmp_path)).run({"x": x.numpy()}).values()
     np.testing.assert_allclose(got, expected, atol=1e-4, rtol=1e-4)
+
+
+IOS18 = {  # at iOS18 coremltools emits scaled_dot_product_attention, and GRU as a while_loop
+    "sdpa": (lambda: Fn(lambda m, x: F.scaled_dot_product_attention(x, x, x, is_causal=True)), (1, 2, 5, 4),
+             "scaled_dot_product_attention"),
+    "gru_loop": (lambda: Recurrent("gru"), (2, 5, 6), "while_loop"),
+}
+
+
+@pytest.mark.parametrize("name", list(IOS18))
+def test_ios18_programs_match_torch_in_fp16(name: str, tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    factory, shape, op = IOS18[name]
+    model = factory().eval()
+    x = torch.randn(*shape)
+    with torch.no_grad():
+        expected = model(x).numpy()
+    runner = MILRunner(_convert(model, x, "fp16", tmp_path, ct.target.iOS18))
+    (got,) = runner.run({"x": x.numpy()}).values()
+    assert op in runner.ops_evaluated
+    np.testing.assert_allclose(got.astype(np.float32), expected, atol=1e-2, rtol=1e-2)
