@@ -71,7 +71,7 @@ def _equal(expected: Any, got: Any, rtol: float, atol: float) -> bool:
     if isinstance(expected, list) or isinstance(got, list):
         if not isinstance(expected, list) or not isinstance(got, list) or len(expected) != len(got):
             return False
-        return all(_equal(e, g, rtol, atol) for e, g in zip(expected, got))
+        return all(_equal(e, g, rtol, atol) for e, g in zip(expected, got, strict=False))
     if expected is None or got is None:
         return expected is None and got is None
     e, g = np.asarray(expected), np.asarray(got)
@@ -114,7 +114,7 @@ def _judge(model: Any, case: Any, runtimes: list[str]) -> tuple[str, list[str]]:
     for runtime in runtimes:
         ok = True
         for inputs, outputs in case.data_sets:
-            feeds = {i.name: v for i, v in zip(model.graph.input, inputs)}
+            feeds = {i.name: v for i, v in zip(model.graph.input, inputs, strict=False)}
             try:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
@@ -123,7 +123,7 @@ def _judge(model: Any, case: Any, runtimes: list[str]) -> tuple[str, list[str]]:
                 ok = False
                 break
             if len(got) < len(outputs) or not all(
-                    _equal(e, g, case.rtol * 10, max(case.atol * 10, 1e-6)) for e, g in zip(outputs, got)):
+                    _equal(e, g, case.rtol * 10, max(case.atol * 10, 1e-6)) for e, g in zip(outputs, got, strict=False)):
                 return "wrong", [runtime]
         if ok:
             return "correct", [runtime]
@@ -180,7 +180,6 @@ def _checker(model: Any) -> str:
 
 def run_case(args: tuple[int, list[int]]) -> list[dict[str, Any]]:
     index, targets = args
-    from unframe.opset import exists_at
 
     case = CASES[index]
     started = time.time()

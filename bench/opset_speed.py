@@ -285,7 +285,6 @@ def main() -> None:
                  f"{mem['weights_untouched']}.\n")
     if args.write:
         import onnxruntime  # noqa: F401
-
         from opset_nodes import write_section
 
         header = (f"## Speed and memory ({datetime.date.today()}, onnx {onnx.__version__}, median of "

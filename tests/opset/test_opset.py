@@ -26,7 +26,7 @@ def test_schema_at_and_exists_at_follow_history() -> None:
     assert not opset.exists_at("Gelu", first - 1)
     assert opset.schema_at("Gelu", first).since_version == first
     split_versions = opset.since_versions("Split")
-    for low, high in zip(split_versions, split_versions[1:]):
+    for low, high in zip(split_versions, split_versions[1:], strict=False):
         assert opset.schema_at("Split", high - 1).since_version == low
 
 

@@ -81,7 +81,7 @@ def all_case_names() -> list[str]:
 def _equal(expected: Any, got: Any, rtol: float, atol: float) -> bool:
     if isinstance(expected, list):
         return isinstance(got, list) and len(got) == len(expected) and all(
-            _equal(e, g, rtol, atol) for e, g in zip(expected, got))
+            _equal(e, g, rtol, atol) for e, g in zip(expected, got, strict=False))
     e, g = np.asarray(expected), np.asarray(got)
     if e.shape != g.shape:
         return False
@@ -91,7 +91,7 @@ def _equal(expected: Any, got: Any, rtol: float, atol: float) -> bool:
 
 
 def run(model: onnx.ModelProto, runtime: str, inputs: list[Any]) -> list[Any]:
-    feeds = {i.name: v for i, v in zip(model.graph.input, inputs)}
+    feeds = {i.name: v for i, v in zip(model.graph.input, inputs, strict=False)}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if runtime == "ort":
@@ -110,7 +110,7 @@ def run(model: onnx.ModelProto, runtime: str, inputs: list[Any]) -> list[Any]:
 def matches(model: onnx.ModelProto, c: NodeCase, runtime: str) -> bool:
     for inputs, outputs in c.data_sets:
         got = run(model, runtime, inputs)
-        if not all(_equal(e, g, c.rtol * 10, max(c.atol * 10, 1e-6)) for e, g in zip(outputs, got)):
+        if not all(_equal(e, g, c.rtol * 10, max(c.atol * 10, 1e-6)) for e, g in zip(outputs, got, strict=False)):
             return False
     return True
 

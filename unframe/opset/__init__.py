@@ -147,7 +147,7 @@ def changes(op: str, domain: str = "") -> list[SchemaChange]:
     """The schema changes of ``op``, one per consecutive pair of schemas."""
     hist = _history().get((_norm_domain(domain), op), ())
     out = []
-    for old, new in zip(hist, hist[1:]):
+    for old, new in zip(hist, hist[1:], strict=False):
         a_old, a_new = set(old.attributes), set(new.attributes)
         out.append(SchemaChange(
             op, _norm_domain(domain), old.since_version, new.since_version,

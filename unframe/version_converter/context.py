@@ -137,7 +137,7 @@ def _to_attrs(attributes: Mapping[str, Any] | Iterable[ir.Attr]) -> list[ir.Attr
 def replace_node_outputs(node: ir.Node, outputs: Sequence[ir.Value | None]) -> None:
     """Rewire every use of ``node``'s outputs (graph outputs included, names kept) and remove it."""
     graph = node.graph
-    for old, new in zip(node.outputs, outputs):
+    for old, new in zip(node.outputs, outputs, strict=False):
         if new is None:
             if old.uses() or old.is_graph_output():
                 raise Refused(f"output {old.name!r} has no equivalent at the target opset")

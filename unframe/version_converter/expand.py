@@ -89,7 +89,7 @@ def expand(node: ir.Node, schema: OpSchema, walker: Walker) -> list[ir.Node]:
     if any(n.domain not in ("", "ai.onnx") for n in body.node):
         raise Refused(f"{node.op_type}'s function body uses another domain")
     values: dict[str, ir.Value | None] = {"": None}
-    for name, value in zip(body.input, node.inputs):
+    for name, value in zip(body.input, node.inputs, strict=False):
         values[name] = value
     for name in body.input[len(node.inputs):]:
         values[name] = None
@@ -102,7 +102,7 @@ def expand(node: ir.Node, schema: OpSchema, walker: Walker) -> list[ir.Node]:
             raise Refused(f"{node.op_type}'s function body refers to unknown values {missing}")
         new = ir.Node("", proto.op_type, inputs, attrs, num_outputs=len(proto.output),
                       name=walker.fresh_name(f"{node.name or node.op_type}_{proto.op_type}"))
-        for out_name, out in zip(proto.output, new.outputs):
+        for out_name, out in zip(proto.output, new.outputs, strict=False):
             out.name = walker.fresh_name(f"{new.name}_{out_name}")
             values[out_name] = out
         new_nodes.append(new)

@@ -99,11 +99,11 @@ def _evaluate(node: ir.Node, arrays: list[np.ndarray | None], opset: int) -> np.
     graph = onnx.helper.make_graph(
         [proto], "fold",
         [onnx.helper.make_tensor_value_info(n, onnx.helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
-         for n, a in zip(names, arrays) if a is not None],
+         for n, a in zip(names, arrays, strict=False) if a is not None],
         [onnx.helper.make_empty_tensor_value_info("y")])
     model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", opset)])
     try:
-        (out,) = ReferenceEvaluator(model).run(None, {n: a for n, a in zip(names, arrays) if a is not None})
+        (out,) = ReferenceEvaluator(model).run(None, {n: a for n, a in zip(names, arrays, strict=False) if a is not None})
     except Exception:  # not foldable after all (unsupported by the reference runtime)
         return None
     out = np.asarray(out)
