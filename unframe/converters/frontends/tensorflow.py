@@ -15,7 +15,8 @@ Export routes (``ExportResult.route`` says which one produced the graph)
   2. for Keras models, Keras' own ONNX export (``model.export(..., format="onnx")``);
   3. tf2onnx at another opset (18, or 15 when 18 failed).
   A route is accepted when onnxruntime loads its graph and it matches TensorFlow on the first
-  parity feed; every rejected route is listed in ``ExportResult.notes``. tf2onnx's gap for
+  parity feed (option ``self_check=False``, or ``validate=False`` passed in the options, keeps
+  only the onnxruntime load check); every rejected route is listed in ``ExportResult.notes``. tf2onnx's gap for
   ``Erfc`` (exact GELU) is filled through its own ``@tf_op`` hook.
 
 Inputs
@@ -66,7 +67,7 @@ class TensorflowFrontend(Frontend):
         "tensorflow.python.module.module.Module",
         "tensorflow.python.eager.polymorphic_function.polymorphic_function.Function",
     )
-    option_names = ("signature", "nchw_inputs")
+    option_names = ("signature", "nchw_inputs", "self_check")
 
     def distributions(self) -> tuple[str, ...]:
         return ("tensorflow-cpu", "tensorflow", "keras", "tf2onnx", "onnx")
@@ -100,7 +101,8 @@ class TensorflowFrontend(Frontend):
 
         opset = self.closest_opset(opts.opset) if opts.opset else self.default_opset()
         # A pipeline that validates nothing (validate=False) skips the per-route numbers check.
-        self_check = opts.options.get("validate") is not False
+        flag = opts.options.get("self_check", opts.options.get("validate"))
+        self_check = flag is not False
         return export(native, spec, opset, opts.get("nchw_inputs"), self.versions(), self_check)
 
     def runner(self, native: Any, export: ExportResult) -> Runner:
