@@ -431,10 +431,10 @@ def _node_blockers(node: ir.Node, ios: int, alternatives: dict[str, str]) -> lis
         return [Blocker(node.op_type, "no CoreML translator for this op", node.name,
                         hint=f"nearest supported alternative: {alt}" if alt else "")]
     out: list[Blocker] = []
-    if spec.min_ios > ios:
-        out.append(Blocker(node.op_type, f"needs a target of iOS{spec.min_ios}/macOS"
-                           f"{spec.min_ios - 3} or newer", node.name,
-                           hint=f"pass --target iOS{spec.min_ios}"))
+    needed = spec.required_ios(node)
+    if needed > ios:
+        out.append(Blocker(node.op_type, f"needs a target of iOS{needed}/macOS{needed - 3} or newer",
+                           node.name, hint=f"pass --target iOS{needed}"))
     if spec.check is not None:
         out.extend(Blocker(node.op_type, reason, node.name) for reason in spec.check(node))
     for v in [*node.inputs, *node.outputs]:

@@ -38,6 +38,11 @@ class Translator:
     fn: TranslateFn
     min_ios: int = 16
     check: CheckFn | None = None
+    # the oldest iOS generation this particular node needs, when it depends on its attributes
+    needs_ios: Callable[["ir.Node"], int] | None = None
+
+    def required_ios(self, node: "ir.Node") -> int:
+        return max(self.min_ios, self.needs_ios(node) if self.needs_ios is not None else 0)
 
 
 TRANSLATORS: Registry[Translator] = Registry(
@@ -89,17 +94,16 @@ ALTERNATIVES: dict[str, str] = {
     "Compress": "use Gather with constant indices",
     "TfIdfVectorizer": "pre-process text outside the model",
     "CenterCropPad": "use Slice and Pad",
-    "Mish": "Mish is translated; this should not appear",
 }
 
 
-def translator(*op_types: str, min_ios: int = 16,
-               check: CheckFn | None = None) -> Callable[[TranslateFn], TranslateFn]:
+def translator(*op_types: str, min_ios: int = 16, check: CheckFn | None = None,
+               needs_ios: Callable[["ir.Node"], int] | None = None) -> Callable[[TranslateFn], TranslateFn]:
     """Register ``fn`` as the translator of each ONNX op type (default domain)."""
 
     def deco(fn: TranslateFn) -> TranslateFn:
         for op_type in op_types:
-            TRANSLATORS.register(op_type, Translator(op_type, fn, min_ios, check))
+            TRANSLATORS.register(op_type, Translator(op_type, fn, min_ios, check, needs_ios))
         return fn
 
     return deco

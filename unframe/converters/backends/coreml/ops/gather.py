@@ -40,11 +40,12 @@ def gather_elements(ctx: TranslateContext) -> Any:
     return mb().gather_along_axis(x=x, indices=idx, axis=axis)
 
 
-def _gather_nd_check(node: ir.Node) -> list[str]:
-    return []
+def _gather_nd_ios(node: ir.Node) -> int:
+    batch = node.attributes.get("batch_dims")
+    return 17 if batch is not None and int(batch.value) else 16
 
 
-@translator("GatherND", check=_gather_nd_check)
+@translator("GatherND", needs_ios=_gather_nd_ios)
 def gather_nd(ctx: TranslateContext) -> Any:
     batch_dims = int(ctx.attr("batch_dims", 0))
     idx = cast(ctx.x(1), "int32")

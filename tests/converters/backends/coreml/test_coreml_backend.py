@@ -1,0 +1,148 @@
+"""The CoreML backend's contract: pre-flight blockers (all at once), bad options and paths,
+dynamic shapes, names and metadata, and dedicated op tests (Loop, GlobalLpPool)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from coreml_helpers import convert_and_compare
+
+from unframe.converters.backends.coreml.backend import CoreMLBackend
+from unframe.converters.base import Target
+from unframe.errors import UnsupportedError, UsageError
+
+
+def _model(nodes: list, inputs: list, outputs: list, inits: list | None = None) -> ir.Model:
+    graph = helper.make_graph(nodes, "g", inputs, outputs, inits or [])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    proto.ir_version = 10
+    return ir.serde.deserialize_model(proto)
+
+
+def _vi(name: str, shape: list | None, dt: int = TensorProto.FLOAT) -> onnx.ValueInfoProto:
+    return helper.make_tensor_value_info(name, dt, shape)
+
+
+def test_check_lists_every_blocker_at_once() -> None:
+    model = _model(
+        [helper.make_node("DFT", ["x"], ["a"], name="dft"),
+         helper.make_node("Unique", ["a"], ["b"], name="uniq"),
+         helper.make_node("MaxPool", ["b"], ["c", "idx"], name="pool", kernel_shape=[2, 2], dilations=[2, 2]),
+         helper.make_node("Custom", ["c"], ["y"], name="custom", domain="com.example")],
+        [_vi("x", [1, 1, 8, 8])], [_vi("y", None), _vi("idx", None, TensorProto.INT64)])
+    blockers = CoreMLBackend().check(model, Target("coreml"))
+    text = [str(b) for b in blockers]
+    assert any("dft" in t and "DFT" in t and "MatMul" in t for t in text), text  # nearest alternative
+    assert any("uniq" in t and "Unique" in t for t in text), text
+    assert any("dilations" in t for t in text) and any("Indices" in t for t in text), text
+    assert any("com.example" in t for t in text), text
+    with pytest.raises(UnsupportedError) as err:
+        CoreMLBackend().convert(model, Target("coreml"), Path("/nonexistent"))
+    assert len(err.value.blockers) == len(blockers) >= 5
+
+
+def test_target_too_old_for_an_op() -> None:
+    model = _model([helper.make_node("GatherND", ["x", "i"], ["y"], name="gnd", batch_dims=1)],
+                   [_vi("x", [2, 3, 4]), _vi("i", [2, 1], TensorProto.INT64)], [_vi("y", [2, 4])])
+    old = CoreMLBackend().check(model, Target("coreml", options={"target": "iOS16"}))
+    assert [b.node for b in old] == ["gnd"] and "iOS17" in str(old[0])
+    assert CoreMLBackend().check(model, Target("coreml", options={"target": "iOS17"})) == []
+
+
+def test_dynamic_rank_and_dtype_are_blockers() -> None:
+    model = _model([helper.make_node("Relu", ["x"], ["y"])], [_vi("x", None)], [_vi("y", None)])
+    assert any("dynamic rank" in str(b) for b in CoreMLBackend().check(model, Target("coreml")))
+    strings = _model([helper.make_node("Identity", ["s"], ["t"])], [_vi("s", [2], TensorProto.STRING)],
+                     [_vi("t", [2], TensorProto.STRING)])
+    assert any("STRING" in str(b) for b in CoreMLBackend().check(strings, Target("coreml")))
+
+
+def test_unknown_target_and_precision_are_usage_errors() -> None:
+    model = _model([helper.make_node("Relu", ["x"], ["y"])], [_vi("x", [2])], [_vi("y", [2])])
+    with pytest.raises(UsageError, match="iOS99"):
+        CoreMLBackend().check(model, Target("coreml", options={"target": "iOS99"}))
+    with pytest.raises(UsageError, match="fp8"):
+        CoreMLBackend().tolerance(np.dtype("float32"), Target("coreml", options={"precision": "fp8"}))
+
+
+@pytest.mark.usefixtures("coreml")
+def test_write_checks_the_suffix_and_keeps_names(tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((4, 3)).astype(np.float32), "W")
+    model = _model([helper.make_node("MatMul", ["input:0", "W"], ["h"]), helper.make_node("Relu", ["h"], ["out/prob"])],
+                   [_vi("input:0", ["batch", 4])], [_vi("out/prob", ["batch", 3])], [w])
+    feeds = [{"input:0": rng.standard_normal((n, 4)).astype(np.float32)} for n in (1, 5)]
+    artifact, parity = convert_and_compare(model, feeds, tmp_path / "work", dims=[("batch", 1, 8)])
+    assert parity, parity.reason
+    backend = CoreMLBackend()
+    backend.stamp(artifact, {"unframe.source_sha256": "abc", "unframe.parity": {"max_abs": 0.0}})
+    with pytest.raises(UsageError, match="mlpackage"):
+        backend.write(artifact, tmp_path / "model.onnx")
+    written = backend.write(artifact, tmp_path / "model.mlpackage")
+    import coremltools as ct
+
+    saved = ct.models.MLModel(str(written[0]), skip_model_load=True)
+    meta = saved.user_defined_metadata
+    assert meta["unframe.source_sha256"] == "abc" and json.loads(meta["unframe.parity"]) == {"max_abs": 0.0}
+    names = json.loads(meta["unframe.names"])
+    assert names["input:0"] == "input_0" and names["out/prob"] == "out_prob"
+    spec = saved.get_spec()
+    assert [i.name for i in spec.description.input] == ["input_0"]
+    ranges = spec.description.input[0].type.multiArrayType.shapeRange.sizeRanges
+    assert (ranges[0].lowerBound, ranges[0].upperBound) == (1, 8)
+
+
+@pytest.mark.usefixtures("coreml")
+def test_static_freezes_dynamic_dims(tmp_path: Path) -> None:
+    model = _model([helper.make_node("Softmax", ["x"], ["y"], axis=-1)], [_vi("x", ["n", 6])], [_vi("y", ["n", 6])])
+    artifact = CoreMLBackend().convert(model, Target("coreml", options={"static": True, "sample_shapes": {"x": (3, 6)}}),
+                                       tmp_path)
+    shape = list(artifact.model.get_spec().description.input[0].type.multiArrayType.shape)
+    assert shape == [3, 6]
+    with pytest.raises(UsageError, match="sample shape"):
+        CoreMLBackend().convert(model, Target("coreml", options={"static": True}), tmp_path / "b")
+
+
+@pytest.mark.usefixtures("coreml")
+def test_loop_as_while_loop_and_unrolled(tmp_path: Path) -> None:
+    """Loop with a dynamic trip count (MIL while_loop) and with a constant one and a scan
+    output (unrolled): y = x * 2^n, scan = the running values."""
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+         helper.make_node("Add", ["v_in", "v_in"], ["v_out"]),
+         helper.make_node("Identity", ["v_out"], ["scan"])],
+        "body", [_vi("i", [], TensorProto.INT64), _vi("cond_in", [], TensorProto.BOOL), _vi("v_in", [3])],
+        [_vi("cond_out", [], TensorProto.BOOL), _vi("v_out", [3]), _vi("scan", [3])])
+    cond = numpy_helper.from_array(np.array(True), "cond")
+    while_body = helper.make_graph(list(body.node)[:2], "body", list(body.input), list(body.output)[:2])
+    dynamic = _model([helper.make_node("Loop", ["n", "cond", "x"], ["y"], body=while_body)],
+                     [_vi("n", [], TensorProto.INT64), _vi("x", [3])], [_vi("y", [3])], [cond])
+    rng = np.random.default_rng(0)
+    feeds = [{"n": np.array(k, dtype=np.int64), "x": rng.standard_normal(3).astype(np.float32)} for k in (0, 3)]
+    _, parity = convert_and_compare(dynamic, feeds, tmp_path / "a", precision="fp32")
+    assert parity, parity.reason
+    trips = numpy_helper.from_array(np.array(4, dtype=np.int64), "n")
+    unrolled = _model([helper.make_node("Loop", ["n", "cond", "x"], ["y", "ys"], body=body)],
+                      [_vi("x", [3])], [_vi("y", [3]), _vi("ys", [4, 3])], [cond, trips])
+    _, parity = convert_and_compare(unrolled, feeds[1:2], tmp_path / "b", precision="fp32")
+    assert parity, parity.reason
+
+
+@pytest.mark.usefixtures("coreml")
+def test_global_lp_pool_expand_and_gelu(tmp_path: Path) -> None:
+    shape = numpy_helper.from_array(np.array([2, 3, 4, 4], dtype=np.int64), "shape")
+    model = _model([helper.make_node("GlobalLpPool", ["x"], ["p"], p=3),
+                    helper.make_node("Expand", ["p", "shape"], ["e"]),
+                    helper.make_node("Gelu", ["e"], ["y"])],
+                   [_vi("x", [2, 3, 5, 5])], [_vi("y", [2, 3, 4, 4])], [shape])
+    rng = np.random.default_rng(3)
+    feeds = [{"x": rng.standard_normal((2, 3, 5, 5)).astype(np.float32)}]
+    _, parity = convert_and_compare(model, feeds, tmp_path, precision="fp32")
+    assert parity, parity.reason

@@ -1,0 +1,129 @@
+"""End to end: real architectures exported to ONNX, converted to .mlpackage, and the saved
+package checked against onnxruntime with the MIL evaluator (fp16 compute, the default)."""
+
+from __future__ import annotations
+
+import io
+import warnings
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+from coreml_helpers import convert_and_compare, to_ir
+
+
+def _torch_onnx(module: object, args: tuple, *, dynamo: bool = False, **kw: object) -> onnx.ModelProto:
+    torch = pytest.importorskip("torch", reason="needs torch")
+    buf = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if dynamo:
+            prog = torch.onnx.export(module, args, dynamo=True, opset_version=18, **kw)
+            return prog.model_proto
+        torch.onnx.export(module, args, buf, dynamo=False, opset_version=17, **kw)
+    return onnx.load_from_string(buf.getvalue())
+
+
+@pytest.mark.usefixtures("coreml")
+def test_torch_cnn_with_interpolate_and_hardswish(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch", reason="needs torch")
+    nn, F = torch.nn, torch.nn.functional
+    torch.manual_seed(0)
+
+    class CNN(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv1 = nn.Conv2d(3, 8, 3, padding=1)
+            self.bn = nn.BatchNorm2d(8)
+            self.conv2 = nn.Conv2d(8, 8, 3, padding=2, dilation=2, groups=2)
+            self.up = nn.ConvTranspose2d(8, 4, 3, stride=2, padding=1, output_padding=1)
+            self.fc = nn.Linear(4, 5)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            x = F.hardswish(self.bn(self.conv1(x)))
+            x = F.max_pool2d(x, 2)
+            x = F.interpolate(self.conv2(x), scale_factor=2.0, mode="bilinear", align_corners=False)
+            x = F.avg_pool2d(F.relu(x), 2)
+            x = F.interpolate(self.up(x), size=(6, 6), mode="nearest")
+            return self.fc(x.mean(dim=(2, 3)))
+
+    model = CNN().eval()
+    with torch.no_grad():
+        model.bn.running_mean.uniform_(-0.5, 0.5)
+        model.bn.running_var.uniform_(0.5, 1.5)
+    x = torch.randn(2, 3, 16, 16)
+    onnx_model = to_ir(_torch_onnx(model, (x,)))
+    ops = {n.op_type for n in onnx_model.graph}
+    assert {"Resize", "HardSwish", "ConvTranspose"} <= ops, ops
+    rng = np.random.default_rng(0)
+    feeds = [{onnx_model.graph.inputs[0].name: rng.standard_normal((2, 3, 16, 16)).astype(np.float32)}]
+    artifact, parity = convert_and_compare(onnx_model, feeds, tmp_path)
+    assert parity, parity.reason
+    assert artifact.path is not None and (artifact.path / "Manifest.json").exists()
+
+
+@pytest.mark.usefixtures("coreml")
+@pytest.mark.parametrize("kind", ["LSTM", "GRU"])
+def test_torch_recurrent_bidirectional(tmp_path: Path, kind: str) -> None:
+    torch = pytest.importorskip("torch", reason="needs torch")
+    torch.manual_seed(0)
+    layer = getattr(torch.nn, kind)(6, 8, num_layers=2, batch_first=True, bidirectional=True).eval()
+
+    class Head(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.rnn = layer
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.rnn(x)[0]
+
+    x = torch.randn(3, 5, 6)
+    onnx_model = to_ir(_torch_onnx(Head().eval(), (x,), dynamo=False, input_names=["x"], output_names=["y"]))
+    assert kind in {n.op_type for n in onnx_model.graph}
+    rng = np.random.default_rng(1)
+    feeds = [{"x": rng.standard_normal((3, 5, 6)).astype(np.float32)}]
+    _, parity = convert_and_compare(onnx_model, feeds, tmp_path)
+    assert parity, parity.reason
+
+
+@pytest.mark.usefixtures("coreml")
+def test_torch_transformer_encoder(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch", reason="needs torch")
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(d_model=16, nhead=2, dim_feedforward=32, batch_first=True,
+                                             dropout=0.0)
+    encoder = torch.nn.TransformerEncoder(layer, num_layers=2, enable_nested_tensor=False).eval()
+    x = torch.randn(2, 7, 16)
+    onnx_model = to_ir(_torch_onnx(encoder, (x,)))
+    rng = np.random.default_rng(2)
+    feeds = [{onnx_model.graph.inputs[0].name: rng.standard_normal((2, 7, 16)).astype(np.float32)}]
+    _, parity = convert_and_compare(onnx_model, feeds, tmp_path, precision="fp32")
+    assert parity, parity.reason
+
+
+@pytest.mark.usefixtures("coreml")
+def test_keras_application_with_dynamic_batch(tmp_path: Path) -> None:
+    """MobileNetV2 (random weights) through tf2onnx with a dynamic batch: the package takes a
+    range of batch sizes, checked at two of them."""
+    import os
+
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    tf = pytest.importorskip("tensorflow", reason="needs tensorflow")
+    tf2onnx = pytest.importorskip("tf2onnx", reason="needs tf2onnx")
+    keras = tf.keras
+    keras.utils.set_random_seed(0)
+    net = keras.applications.MobileNetV2(input_shape=(32, 32, 3), alpha=0.35, weights=None, classes=7)
+    spec = (tf.TensorSpec((None, 32, 32, 3), tf.float32, name="image"),)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        proto, _ = tf2onnx.convert.from_keras(net, input_signature=spec, opset=18)
+    model = to_ir(proto)
+    name = model.graph.inputs[0].name
+    assert not isinstance(model.graph.inputs[0].shape[0], int)  # the batch stays dynamic
+    rng = np.random.default_rng(4)
+    feeds = [{name: rng.standard_normal((n, 32, 32, 3)).astype(np.float32)} for n in (1, 3)]
+    artifact, parity = convert_and_compare(model, feeds, tmp_path, dims=[(f"{name}:0", 1, 16)])
+    assert parity, parity.reason
+    assert parity.cases == 2
