@@ -20,13 +20,17 @@ from unframe.validate.onnxruntime import OnnxRuntimeRunner  # noqa: E402
 from unframe.validate.runner import TensorSpec  # noqa: E402
 
 
-def export(model: Any, samples: Any = None, **options: Any) -> tuple[Any, ExportResult]:
+def export(model: Any, samples: Any = None, expect_route: str = "dynamo",
+           **options: Any) -> tuple[Any, ExportResult]:
+    """Export; the route must be the expected one (a silent fallback would hide a bug)."""
     fe = FRONTENDS.get("torch")
     spec = InputSpec(samples=samples, tensors=options.pop("tensors", None),
                      static=options.pop("static", False), dynamic=options.pop("dynamic", []))
     opts = ConvertOptions(opset=options.pop("opset", None), options=options)
     native = fe.load(model, opts)
-    return native, fe.to_onnx(native, spec, opts)
+    result = fe.to_onnx(native, spec, opts)
+    assert result.route == expect_route, result.notes
+    return native, result
 
 
 def assert_parity(native: Any, result: ExportResult, atol: float = 1e-4) -> None:
@@ -89,6 +93,7 @@ def test_dict_inputs_and_dict_outputs() -> None:
     gen = torch.Generator().manual_seed(4)
     batch = {"image": torch.randn(4, 10, generator=gen), "meta": torch.randn(4, 3, generator=gen)}
     native, result = export(tm.seeded(tm.DictModel), batch)
+    assert result.route == "dynamo", result.notes
     assert [v.name for v in result.model.graph.inputs] == ["image", "meta"]
     assert [v.name for v in result.model.graph.outputs] == ["score", "embedding"]
     assert batch_sizes(result) == [4, 5]
@@ -133,7 +138,8 @@ def test_inputs_from_tensor_specs() -> None:
 
 
 def test_torchscript_exporter_forced_and_opset_clamped() -> None:
-    native, result = export(tm.make_cnn(), tm.cnn_sample(2), exporter="torchscript", opset=21)
+    native, result = export(tm.make_cnn(), tm.cnn_sample(2), expect_route="torchscript",
+                            exporter="torchscript", opset=21)
     assert result.route == "torchscript" and result.opset == 20
     assert any("opsets 7-20" in note for note in result.notes)
     assert is_symbolic(result.model.graph.inputs[0], 0)

@@ -67,10 +67,10 @@ class DictModel(nn.Module):
     def __init__(self) -> None:
         super().__init__()
         self.image = nn.Linear(10, 4)
-        self.meta = nn.Linear(3, 4)
+        self.side = nn.Linear(3, 4)
 
     def forward(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        fused = torch.tanh(self.image(batch["image"]) + self.meta(batch["meta"]))
+        fused = torch.tanh(self.image(batch["image"]) + self.side(batch["meta"]))
         return {"score": fused.sum(-1), "embedding": fused}
 
 

@@ -22,7 +22,12 @@ from typing import Any
 
 import onnx_ir as ir
 
-from unframe.converters.frontends._torch.inputs import ModelInputs, dynamic_shapes, export_example
+from unframe.converters.frontends._torch.inputs import (
+    ModelInputs,
+    dynamic_shapes,
+    export_example,
+    param_names,
+)
 from unframe.errors import ConversionError
 
 DYNAMO_OPSETS = (18, 23)  # torchlib is written at 18; torch converts up to ONNX_MAX_OPSET
@@ -92,11 +97,25 @@ def export_dynamo(model: Any, inputs: ModelInputs | None, outputs: list[str] | N
     else:
         assert inputs is not None
         args, call_kwargs = export_example(inputs)
-        kwargs.update(kwargs=call_kwargs, input_names=inputs.names,
-                      dynamic_shapes=dynamic_shapes(inputs, model) if inputs.dynamic else None)
+        shapes = dynamic_shapes(inputs, model) if inputs.dynamic else None
+        args, call_kwargs, shapes = _trailing_dict_by_name(model, args, call_kwargs, shapes)
+        kwargs.update(kwargs=call_kwargs, input_names=inputs.names, dynamic_shapes=shapes)
     with quiet(), cached_torchlib():
         program = torch.onnx.export(model, args, **kwargs)
     return program.model
+
+
+def _trailing_dict_by_name(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any], shapes: Any
+                           ) -> tuple[tuple[Any, ...], dict[str, Any], Any]:
+    """torch.onnx reads a trailing dict in ``args`` as keyword arguments when ``kwargs`` is
+    empty; pass such a dict argument by its parameter name instead (same leaf order)."""
+    params = param_names(model) or []
+    if kwargs or not args or not isinstance(args[-1], dict) or len(args) > len(params):
+        return args, kwargs, shapes
+    name = params[len(args) - 1]
+    if shapes is not None:
+        shapes = {**{params[i]: s for i, s in enumerate(shapes[:-1])}, name: shapes[-1]}
+    return args[:-1], {name: args[-1]}, shapes
 
 
 def export_torchscript(model: Any, inputs: ModelInputs, outputs: list[str] | None, opset: int,
