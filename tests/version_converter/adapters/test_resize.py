@@ -10,6 +10,8 @@ PAIRS: list[tuple[str, list[int], tuple[str, ...]]] = [
     ("test_upsample_nearest", [8, 7, 9, 10, 11, 10, 9], ("scales",)),
     ("test_resize_upsample_scales_cubic_asymmetric", [18, 13, 12, 11, 13, 19], ("scales",)),
     ("test_resize_downsample_scales_linear", [12, 13], ("scales",)),
+    ("test_resize_upsample_scales_nearest_axes_3_2", [17, 13, 19], ("scales",)),
+    ("test_resize_upsample_sizes_nearest_axes_2_3", [17, 13], ("sizes",)),
 ]
 
 

@@ -136,3 +136,37 @@ def resize_19_18(node: ir.Node, step: Step) -> None:
     if step.attr("coordinate_transformation_mode") == "half_pixel_symmetric":
         step.refuse("coordinate_transformation_mode='half_pixel_symmetric' does not exist before opset 19")
     generic_step(node, step)
+
+
+@adapter("Resize", 18, 17)
+def resize_18_17(node: ir.Node, step: Step) -> None:
+    """Resize(x, roi, scales, axes=a) -> Resize(x, roi, full-rank scales) (1.0 / the input's static
+    size on the axes not listed); antialias and keep_aspect_ratio_policy must be at their defaults."""
+    from unframe.version_converter.generic import generic_step
+
+    axes = step.attr("axes")
+    if axes is None:
+        generic_step(node, step)
+        return
+    rank = step.rank(node.inputs[0])
+    if rank is None:
+        step.refuse("axes needs a known input rank before opset 18")
+    axes = [a % rank for a in axes]
+    scales = step.fold(step.input(2)) if step.input(2) is not None else None
+    sizes = step.fold(step.input(3)) if step.input(3) is not None else None
+    if scales is not None and scales.size:
+        full = np.ones(rank, dtype=np.float32)
+        full[axes] = scales
+        index, value = 2, full
+    elif sizes is not None and sizes.size:
+        shape = step.static_shape(node.inputs[0])
+        if shape is None:
+            step.refuse("sizes with axes needs a static input shape before opset 18")
+        full_sizes = np.asarray(shape, dtype=np.int64)
+        full_sizes[axes] = sizes
+        index, value = 3, full_sizes
+    else:
+        step.refuse("scales/sizes with axes must be constants before opset 18")
+    step.drop_attr("axes")
+    generic_step(node, step)
+    node.replace_input_with(index, step.const(value))
