@@ -10,9 +10,8 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 import pytest
-from onnx import TensorProto, helper, numpy_helper
-
 from coreml_helpers import convert_and_compare
+from onnx import TensorProto, helper, numpy_helper
 
 from unframe.converters.backends.coreml.backend import CoreMLBackend
 from unframe.converters.base import Target

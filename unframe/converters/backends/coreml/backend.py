@@ -139,7 +139,13 @@ def _build(model: ir.Model, target: Target) -> tuple[Any, dict[str, str], list[A
     import coremltools as ct
 
     from unframe.converters.backends.coreml.translate import (
-        NameMap, build_program, ct_inputs, ct_target, ios_of, plan_inputs)
+        NameMap,
+        build_program,
+        ct_inputs,
+        ct_target,
+        ios_of,
+        plan_inputs,
+    )
 
     ios = ios_of(target.get("target"))
     names = NameMap()

@@ -229,7 +229,7 @@ class GraphTranslator:
             raise ConversionError(f"node {node.name!r} [{node.op_type}]: {type(exc).__name__}: {exc}",
                                   "report it with the model, or pick another target") from exc
         outs = list(result) if isinstance(result, (list, tuple)) else [result]
-        for value, var in zip(node.outputs, outs):
+        for value, var in zip(node.outputs, outs, strict=False):
             if value.name and var is not None:
                 env[value.name] = var
 
@@ -237,7 +237,7 @@ class GraphTranslator:
         """Translate a subgraph (If branch, Loop body) inside the current MIL block: its formal
         inputs are bound to ``bound``; outer-scope names are visible. Returns its output vars."""
         env = dict(outer)
-        for formal, actual in zip(graph.inputs, bound):
+        for formal, actual in zip(graph.inputs, bound, strict=False):
             env[formal.name] = actual
         self.run_graph(graph, env)
         return [env[o.name] for o in graph.outputs]

@@ -39,9 +39,9 @@ class Translator:
     min_ios: int = 16
     check: CheckFn | None = None
     # the oldest iOS generation this particular node needs, when it depends on its attributes
-    needs_ios: Callable[["ir.Node"], int] | None = None
+    needs_ios: Callable[[ir.Node], int] | None = None
 
-    def required_ios(self, node: "ir.Node") -> int:
+    def required_ios(self, node: ir.Node) -> int:
         return max(self.min_ios, self.needs_ios(node) if self.needs_ios is not None else 0)
 
 
@@ -98,7 +98,7 @@ ALTERNATIVES: dict[str, str] = {
 
 
 def translator(*op_types: str, min_ios: int = 16, check: CheckFn | None = None,
-               needs_ios: Callable[["ir.Node"], int] | None = None) -> Callable[[TranslateFn], TranslateFn]:
+               needs_ios: Callable[[ir.Node], int] | None = None) -> Callable[[TranslateFn], TranslateFn]:
     """Register ``fn`` as the translator of each ONNX op type (default domain)."""
 
     def deco(fn: TranslateFn) -> TranslateFn:

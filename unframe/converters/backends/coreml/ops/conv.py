@@ -59,7 +59,7 @@ def conv_transpose(ctx: TranslateContext) -> Any:
     begin, end = _transpose_pads(ctx, x, spatial, strides, dilations, kernel, out_pad)
     y = m.conv_transpose(x=x, weight=w, strides=strides, dilations=dilations,
                          groups=int(ctx.attr("group", 1)), pad_type="valid")
-    grow = [op - e for op, e in zip(out_pad, end)]  # net change at the end of each axis
+    grow = [op - e for op, e in zip(out_pad, end, strict=False)]  # net change at the end of each axis
     y = _pad_or_crop(y, [0, 0] + [-b for b in begin], [0, 0] + grow)
     if ctx.has(2):
         y = m.add(x=y, y=broadcast_to_rank(ctx.x(2), rank, 1))
@@ -78,7 +78,7 @@ def _transpose_pads(ctx: TranslateContext, x: Any, spatial: int, strides: list[i
     if not all(isinstance(s, (int, np.integer)) for s in sizes):
         raise ctx.err("ConvTranspose with auto_pad SAME or output_shape needs static spatial sizes")
     if out_shape is None:
-        out_shape = [int(s) * st for s, st in zip(sizes, strides)]
+        out_shape = [int(s) * st for s, st in zip(sizes, strides, strict=False)]
     out_shape = [int(v) for v in out_shape][-spatial:]
     begin, end = [], []
     for i in range(spatial):

@@ -10,7 +10,14 @@ import numpy as np
 
 from unframe.converters.backends.coreml.ops import translator
 from unframe.converters.backends.coreml.ops._util import (
-    cast, dtype_name, is_bool, is_float, mb, round_half_even, scalar)
+    cast,
+    dtype_name,
+    is_bool,
+    is_float,
+    mb,
+    round_half_even,
+    scalar,
+)
 from unframe.converters.backends.coreml.translate import TranslateContext
 
 
@@ -218,7 +225,7 @@ def _smaller(v: Any, cond: Any) -> bool:
     vs, cs = list(v.shape), list(cond.shape)
     if len(vs) < len(cs):
         return True
-    return any(isinstance(c, (int, np.integer)) and c != 1 and d == 1 for d, c in zip(vs[-len(cs):], cs))
+    return any(isinstance(c, (int, np.integer)) and c != 1 and d == 1 for d, c in zip(vs[-len(cs):], cs, strict=False))
 
 
 @translator("Clip")

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from unframe.converters.backends.coreml.ops import translator
 from unframe.converters.backends.coreml.ops._util import mb, scalar
 from unframe.converters.backends.coreml.translate import TranslateContext
@@ -66,8 +64,8 @@ def einsum(ctx: TranslateContext) -> Any:
     lhs, arrow, rhs = eq.partition("->")
     raw_terms = lhs.split(",")
     ell_dims = [ctx.rank(i) - len(t.replace("...", "")) for i, t in enumerate(raw_terms)]
-    terms = [_expand_ellipsis(t, n) for t, n in zip(raw_terms, ell_dims)]
-    n_ell = max([n for t, n in zip(raw_terms, ell_dims) if "..." in t], default=0)
+    terms = [_expand_ellipsis(t, n) for t, n in zip(raw_terms, ell_dims, strict=False)]
+    n_ell = max([n for t, n in zip(raw_terms, ell_dims, strict=False) if "..." in t], default=0)
     if arrow:
         rhs = _expand_ellipsis(rhs, n_ell)
     else:

@@ -49,7 +49,7 @@ def _ceil_as_padding(x: Any, window: dict[str, Any]) -> dict[str, Any]:
         return window
     pads = [int(p) for p in window["pad"]]
     out_pad = list(pads)
-    for i, (n, k, s) in enumerate(zip(sizes, window["kernel_sizes"], window["strides"])):
+    for i, (n, k, s) in enumerate(zip(sizes, window["kernel_sizes"], window["strides"], strict=False)):
         begin, end = pads[2 * i], pads[2 * i + 1]
         out = -(-(int(n) + begin + end - k) // s) + 1
         if (out - 1) * s >= int(n) + begin:

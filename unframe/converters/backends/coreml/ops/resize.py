@@ -127,7 +127,7 @@ def interpolation_matrix(in_size: int, out_size: int, scale: float, roi: tuple[f
         if attrs["exclude_outside"]:
             coeffs = np.where((idx < 0) | (idx >= in_size), 0.0, coeffs)
             coeffs = coeffs / coeffs.sum()
-        for k, c in zip(np.clip(idx, 0, in_size - 1), coeffs):
+        for k, c in zip(np.clip(idx, 0, in_size - 1), coeffs, strict=False):
             matrix[y, k] += c
     return matrix, (bias if extrapolated else None)
 

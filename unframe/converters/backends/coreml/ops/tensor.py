@@ -6,13 +6,21 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import onnx_ir as ir
 
 from unframe.converters.backends.coreml.ops import translator
 from unframe.converters.backends.coreml.ops._util import (
-    cast, dim, dtype_name, is_bool, mb, norm_axis, scalar, shape_of, static_dims)
+    cast,
+    dim,
+    dtype_name,
+    is_bool,
+    mb,
+    norm_axis,
+    scalar,
+    shape_of,
+    static_dims,
+)
 from unframe.converters.backends.coreml.translate import MIL_DTYPES, TranslateContext
-
-import onnx_ir as ir
 
 
 @translator("Identity")
@@ -20,7 +28,17 @@ def identity(ctx: TranslateContext) -> Any:
     return mb().identity(x=ctx.x(0))
 
 
-@translator("Dropout")
+def _dropout_check(node: ir.Node) -> list[str]:
+    training = node.inputs[2] if len(node.inputs) > 2 else None
+    if training is None:
+        return []
+    value = training.const_value
+    if value is None or bool(value.numpy().reshape(-1)[0]):
+        return ["Dropout in training mode is random (training_mode must be a constant false)"]
+    return []
+
+
+@translator("Dropout", check=_dropout_check)
 def dropout(ctx: TranslateContext) -> Any:
     """Inference: the input passes through; the optional mask is all true."""
     x = mb().identity(x=ctx.x(0))
@@ -153,7 +171,7 @@ def slice_(ctx: TranslateContext) -> Any:
         raise ctx.err("Slice starts/ends/axes/steps must be constant")
     begin, end, stride = [0] * rank, [0] * rank, [1] * rank
     begin_mask, end_mask = [True] * rank, [True] * rank
-    for s, e, a, st in zip(starts, ends, axes, steps):
+    for s, e, a, st in zip(starts, ends, axes, steps, strict=False):
         a = norm_axis(a, rank)
         size = x.shape[a]
         known = isinstance(size, (int, np.integer))
@@ -243,7 +261,7 @@ def pad(ctx: TranslateContext) -> Any:
         return _wrap(x, before, after)
     value = ctx.const(2)
     cval = float(np.asarray(value).reshape(-1)[0]) if value is not None and np.asarray(value).size else 0.0
-    flat = np.array([p for b, e in zip(before, after) for p in (b, e)], dtype=np.int32)
+    flat = np.array([p for b, e in zip(before, after, strict=False) for p in (b, e)], dtype=np.int32)
     mil_mode = {"constant": "constant", "reflect": "reflect", "edge": "replicate"}[mode]
     kind = dtype_name(x)
     work = cast(x, "fp32") if kind in ("int32", "bool") else x
@@ -262,7 +280,7 @@ def _crop(x: Any, before: list[int], after: list[int]) -> Any:
 def _wrap(x: Any, before: list[int], after: list[int]) -> Any:
     m = mb()
     out = x
-    for axis, (b, e) in enumerate(zip(before, after)):
+    for axis, (b, e) in enumerate(zip(before, after, strict=False)):
         parts = []
         if b:
             parts.append(_take(out, axis, -b, None))
