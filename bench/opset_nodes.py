@@ -215,8 +215,15 @@ def _run_case(case: Any, targets: list[int]) -> list[dict[str, Any]]:
                 verdict, note = ("crash" if why.startswith("crash") else "refused"), why
             else:
                 check = _checker(converted) if name == "unframe" and original_valid else ""
-                others = [r for r in ("ort", "ref") if r not in runtimes]
-                verdict, _ = _judge(converted, case, runtimes + others)
+                verdict, _ = _judge(converted, case, runtimes)
+                if verdict == "failed":
+                    # the other runtime may run the converted model; it may judge it only if it
+                    # couldn't run the original at all (a runtime that computes the original wrong
+                    # would blame the converter for its own limitation)
+                    others = [r for r in ("ort", "ref") if r not in runtimes
+                              and _judge(model, case, [r])[0] == "failed"]
+                    if others:
+                        verdict, _ = _judge(converted, case, others)
                 note = f"checker: {check}" if check else ""
                 if check and verdict == "correct":
                     verdict = "failed"

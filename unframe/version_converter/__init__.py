@@ -112,10 +112,43 @@ def _set_imports(owner: Any, targets: dict[str, int]) -> None:
             imports[domain] = version
 
 
+def _final_check(original: ir.Model, work: ir.Model, targets: dict[str, int], walker: Walker) -> None:
+    """Refuse a result the ONNX checker rejects (when the original passes it): a safety net for
+    what the adapters could not see, e.g. a dtype of an untyped value inside an expansion."""
+    from unframe.version_converter.types import checker_error
+
+    probe = work.clone()
+    _finish(probe, targets)
+    problem = checker_error(probe)
+    if problem and not checker_error(original):
+        walker.blockers.append(Blocker(op="(model)", reason=f"the converted model fails the ONNX checker: {problem}"))
+
+
+def _finish(work: ir.Model, targets: dict[str, int]) -> int:
+    """Set opset imports and the IR version the target needs; returns the IR version."""
+    _set_imports(work.graph, targets)
+    for function in work.functions.values():
+        _set_imports(function, targets)
+    ml_final = targets.get(facts.ML_DOMAIN) if facts.ML_DOMAIN in work.graph.opset_imports else None
+    ir_version = _required_ir_version(targets[""], ml_final)
+    if work.functions:
+        ir_version = max(ir_version, 8)  # model-local functions exist from IR version 8
+    if ir_version < 4:
+        from onnx_ir.passes.common import AddInitializersToInputsPass
+
+        AddInitializersToInputsPass()(work)  # before IR 4 every initializer must be a graph input
+    work.ir_version = ir_version
+    return ir_version
+
+
 def preflight(model: ir.Model, target: int, *, ml_target: int | None = None) -> list[Blocker]:
     """Every reason ``model`` can't be converted to ``target`` (empty list: it can). Doesn't modify it."""
     targets = _targets(model, target, ml_target)
-    return _run(model.clone(), targets).blockers
+    work = model.clone()
+    walker = _run(work, targets)
+    if not walker.blockers:
+        _final_check(model, work, targets, walker)
+    return walker.blockers
 
 
 def convert_opset(model: ir.Model, target: int, *, ml_target: int | None = None) -> OpsetConversion:
@@ -128,6 +161,8 @@ def convert_opset(model: ir.Model, target: int, *, ml_target: int | None = None)
     ml_source = facts.model_opset(model, facts.ML_DOMAIN)
     work = model.clone()
     walker = _run(work, targets)
+    if not walker.blockers:
+        _final_check(model, work, targets, walker)
     if walker.blockers:
         n = len(walker.blockers)
         raise UnsupportedError(
@@ -135,17 +170,8 @@ def convert_opset(model: ir.Model, target: int, *, ml_target: int | None = None)
             + "; ".join(str(b) for b in walker.blockers[:5]) + (" ..." if n > 5 else ""),
             "see the blockers list; choose another target opset or change the listed nodes",
             blockers=walker.blockers)
-    _set_imports(work.graph, targets)
-    for function in work.functions.values():
-        _set_imports(function, targets)
+    ir_version = _finish(work, targets)
     ml_final = targets.get(facts.ML_DOMAIN) if facts.ML_DOMAIN in work.graph.opset_imports else None
-    ir_version = _required_ir_version(target, ml_final)
-    if work.functions:
-        ir_version = max(ir_version, 8)  # model-local functions exist from IR version 8
-    if ir_version < 4:
-        from onnx_ir.passes.common import AddInitializersToInputsPass
-
-        AddInitializersToInputsPass()(work)  # before IR 4 every initializer must be a graph input
     model.graph = work.graph
     model.functions.clear()
     model.functions.update(work.functions)

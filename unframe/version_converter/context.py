@@ -95,7 +95,17 @@ class Step:
 
     def const(self, array: Any, dtype: Any = None) -> ir.Value:
         arr = np.asarray(array, dtype=dtype)
-        return self.op("Constant", [], {"value": ir.tensor(arr)})
+        tensor = ir.tensor(arr)
+        graph = self.graph
+        if self.walker.targets.get("", 99) < 9 and arr.dtype.kind != "f" and isinstance(graph, ir.Graph):
+            # Constant only holds float tensors before opset 9: an initializer holds anything
+            value = ir.Value(name=self.walker.fresh_name(f"{self.node.name or self.node.op_type}_const"),
+                             const_value=tensor, type=ir.TensorType(tensor.dtype), shape=ir.Shape(arr.shape))
+            graph.register_initializer(value)
+            return value
+        out = self.op("Constant", [], {"value": tensor})
+        out.type, out.shape = ir.TensorType(tensor.dtype), ir.Shape(arr.shape)
+        return out
 
     def replace_with(self, outputs: Sequence[ir.Value | None]) -> None:
         """Make ``outputs`` take the place of the current node's outputs and remove the node."""

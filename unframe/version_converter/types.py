@@ -31,24 +31,35 @@ def _is_small(value: ir.Value) -> bool:
     return tensor is not None and not isinstance(tensor, ir.ExternalTensor) and tensor.nbytes <= SMALL_INITIALIZER_BYTES
 
 
-def _light_proto(model: ir.Model) -> onnx.ModelProto:
+def light_proto(model: ir.Model) -> onnx.ModelProto:
+    """The model as a proto whose large initializers are declared as graph inputs instead (no weight
+    is read or copied)."""
     initializers = model.graph.initializers
     everything = list(initializers.values())
     large = [v for v in everything if not _is_small(v)]
     for value in large:
         initializers.pop(value.name)
     try:
-        return ir.to_proto(model)
+        proto = ir.to_proto(model)
     finally:
         initializers.clear()
         for value in everything:
             initializers[value.name] = value
+    declared = {i.name for i in proto.graph.input}
+    for value in large:
+        if value.name not in declared and value.type is not None:
+            info = onnx.ValueInfoProto(name=value.name)
+            info.type.CopyFrom(ir.serde.serialize_type(value.type))
+            if value.shape is not None:
+                ir.serde.serialize_shape_into(info.type, value.shape)
+            proto.graph.input.append(info)
+    return proto
 
 
 def infer_types(model: ir.Model, values: list[ir.Value]) -> None:
     """Set type and shape on each of ``values`` that has no type, from onnx shape inference."""
     try:
-        inferred = onnx.shape_inference.infer_shapes(_light_proto(model), check_type=False,
+        inferred = onnx.shape_inference.infer_shapes(light_proto(model), check_type=False,
                                                      strict_mode=False, data_prop=True)
     except Exception:  # inference only helps the adapters; without it they refuse what needs types
         return
@@ -65,3 +76,12 @@ def _apply(value: ir.Value, type_proto: onnx.TypeProto) -> None:
         value.shape = ir.serde.deserialize_type_proto_for_shape(type_proto)
     except Exception:  # a type onnx-ir can't express: leave it unknown
         value.type, value.shape = None, None
+
+
+def checker_error(model: ir.Model) -> str:
+    """The ONNX checker's complaint (full check) about ``model``, or "" when it passes."""
+    try:
+        onnx.checker.check_model(light_proto(model), full_check=True)
+    except Exception as exc:  # ValidationError / InferenceError: reported as a blocker
+        return " ".join(str(exc).split())[:300]
+    return ""

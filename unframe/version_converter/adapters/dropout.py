@@ -26,6 +26,8 @@ def dropout_11_12(node: ir.Node, step: Step) -> None:
 @adapter("Dropout", 12, 11)
 def dropout_12_11(node: ir.Node, step: Step) -> None:
     require_types(step)
+    if len(node.outputs) > 1 and (node.outputs[1].uses() or node.outputs[1].is_graph_output()):
+        step.refuse("the mask output is used; Dropout before opset 12 defines it differently")
     training = step.input(2)
     if training is not None:
         flag = step.fold(training)
