@@ -117,9 +117,8 @@ def _final_check(original: ir.Model, work: ir.Model, targets: dict[str, int], wa
     what the adapters could not see, e.g. a dtype of an untyped value inside an expansion."""
     from unframe.version_converter.types import checker_error
 
-    probe = work.clone()
-    _finish(probe, targets)
-    problem = checker_error(probe)
+    _finish(work, targets)  # idempotent: convert_opset finishes the same model again
+    problem = checker_error(work)
     if problem and not checker_error(original):
         walker.blockers.append(Blocker(op="(model)", reason=f"the converted model fails the ONNX checker: {problem}"))
 
