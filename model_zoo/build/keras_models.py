@@ -13,8 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from _common import MODEL_FILE, save_io, seed_everything
+from zoo_common import MODEL_FILE, save_io, seed_everything
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
@@ -36,7 +35,7 @@ def _export(model: Any, x: np.ndarray, out_dir: Path, opset: int) -> None:
     results = result if isinstance(result, (list, tuple)) else [result]
     names = [o.name for o in proto.graph.output]
     save_io(out_dir, {proto.graph.input[0].name: x},
-            {n: np.asarray(r) for n, r in zip(names, results)})
+            {n: np.asarray(r) for n, r in zip(names, results, strict=True)})
 
 
 def _app(factory: str, size: int, **kwargs: Any) -> Any:

@@ -12,8 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from _common import MODEL_FILE, save_io, seed_everything
+from zoo_common import MODEL_FILE, save_io, seed_everything
 
 FEATURES = 8
 
@@ -42,7 +41,7 @@ def _export(model: Any, x: np.ndarray, out_dir: Path, opset: int, classifier: bo
         outputs = [model.predict(sample), model.predict_proba(sample).astype(np.float32)]
     else:
         outputs = [np.asarray(model.predict(sample), dtype=np.float32).reshape(len(sample), -1)]
-    save_io(out_dir, {proto.graph.input[0].name: sample}, dict(zip(names, outputs)))
+    save_io(out_dir, {proto.graph.input[0].name: sample}, dict(zip(names, outputs, strict=True)))
 
 
 def scaler_logreg(out_dir: Path, opset: int) -> None:

@@ -13,8 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from _common import MODEL_FILE, save_io, seed_everything
+from zoo_common import MODEL_FILE, save_io, seed_everything
 
 
 def _export(model: Any, example: dict[str, Any], out_dir: Path, opset: int,
@@ -32,7 +31,7 @@ def _export(model: Any, example: dict[str, Any], out_dir: Path, opset: int,
     with torch.no_grad():
         result = model(*args)
     results = result if isinstance(result, tuple) else (result,)
-    outputs = {n: r.detach().numpy() for n, r in zip(output_names, results)}
+    outputs = {n: r.detach().numpy() for n, r in zip(output_names, results, strict=True)}
     save_io(out_dir, {n: t.numpy() for n, t in example.items()}, outputs)
 
 

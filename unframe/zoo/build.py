@@ -8,6 +8,7 @@ half-built model. Entries whose framework is not installed are skipped, saying s
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import importlib.util
 import shutil
@@ -130,12 +131,32 @@ def load_builder(entry: ZooEntry, scripts: Path) -> Any:
     if not path.is_file():
         raise InputError(f"model {entry.name}: build script {path} not found", "fix the manifest entry")
     if str(scripts) not in sys.path:
-        sys.path.insert(0, str(scripts))  # the scripts import their shared _common module
-    module = importlib.import_module(path.stem)
+        sys.path.insert(0, str(scripts))  # the scripts import their shared zoo_common module
+    module = _import_script(path)
     try:
         return getattr(module, func)
     except AttributeError as exc:
         raise InputError(f"model {entry.name}: {script} has no function {func}", "fix the manifest entry") from exc
+
+
+def _import_script(path: Path) -> Any:
+    """Import a build script by its file, under a name no other module can hold."""
+    digest = hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:10]
+    name = f"_unframe_zoo_script_{path.stem}_{digest}"
+    module = sys.modules.get(name)
+    if module is not None:
+        return module
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise InputError(f"build script {path} cannot be imported", "check that it is a Python file")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return module
 
 
 def _first_line(exc: BaseException) -> str:

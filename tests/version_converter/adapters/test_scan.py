@@ -5,7 +5,7 @@ with the case's expected outputs."""
 from __future__ import annotations
 
 import pytest
-from _common import check_path
+from adapter_cases import check_path
 
 PAIRS: list[tuple[str, list[int], tuple[str, ...]]] = [
     ("test_scan_sum", [9, 8, 21], ()),

@@ -4,7 +4,7 @@ full checker and strict shape inference, run, and compared with the case's expec
 from __future__ import annotations
 
 import pytest
-from _common import check_path
+from adapter_cases import check_path
 
 PAIRS: list[tuple[str, list[int], tuple[str, ...]]] = [
     ("test_slice", [9, 7, 10], ("starts", "ends", "axes", "steps")),
