@@ -16,12 +16,9 @@ __all__ = ["convert", "convert_opset", "check", "load", "save", "__version__"]
 
 
 def _version() -> str:
-    from importlib import metadata
+    from unframe.distributions import dist_version
 
-    try:
-        return metadata.version("unframe")
-    except metadata.PackageNotFoundError:
-        return "0.0.0+unknown"
+    return dist_version("unframe") or "0.0.0+unknown"
 
 
 def __getattr__(name: str) -> Any:

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import os
 from dataclasses import asdict, dataclass, field
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from unframe.converters.base import Backend, Frontend
 from unframe.converters.registry import BACKENDS, FRONTENDS
+from unframe.distributions import dist_version as _installed
 from unframe.errors import InputError, UsageError
 
 ALIASES = {
@@ -137,10 +137,8 @@ def _check_claim(path: Path, fe: Frontend) -> None:
 
 
 def dist_version(name: str) -> str:
-    try:
-        return metadata.version(name)
-    except metadata.PackageNotFoundError:
-        return "not installed"
+    """A distribution's version for reports; 'not installed' when absent."""
+    return _installed(name) or "not installed"
 
 
 def plan(fe: Frontend, be: Backend, *, source: Any, opset: int | None, source_opset: int | None,

@@ -13,7 +13,6 @@ from __future__ import annotations
 import importlib.util
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -55,6 +54,8 @@ class ConvertOptions:
     trust: bool = False
     opset: int | None = None
     options: dict[str, Any] = field(default_factory=dict)
+    # False when the user turned parity checks off: a stage may skip its own checks too
+    validate: bool = True
 
     def get(self, name: str, default: Any = None) -> Any:
         value = self.options.get(name)
@@ -109,7 +110,7 @@ class RunnerUnavailable(Exception):
     The parity stage is then recorded as skipped with this reason."""
 
 
-class _Component(ABC):
+class _Component(ABC):  # noqa: B024 (shared base of Frontend and Backend, never instantiated)
     name: str = ""
     extra: str = ""  # the pip extra that installs what it needs
     requires: tuple[str, ...] = ()  # importable module names
@@ -135,13 +136,9 @@ class _Component(ABC):
 
     def versions(self) -> dict[str, str]:
         """Versions of the distributions this component uses, without importing them."""
-        out: dict[str, str] = {}
-        for dist in self.distributions():
-            try:
-                out[dist] = metadata.version(dist)
-            except metadata.PackageNotFoundError:
-                pass
-        return out
+        from unframe.distributions import dist_version
+
+        return {dist: v for dist in self.distributions() if (v := dist_version(dist))}
 
     def distributions(self) -> tuple[str, ...]:
         return ()

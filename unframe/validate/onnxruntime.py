@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import tempfile
 from collections.abc import Mapping
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -14,14 +13,12 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
+from unframe.distributions import dist_version
 from unframe.validate.runner import Runner, TensorSpec
 
 
 def _version(dist: str) -> str:
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return "?"
+    return dist_version(dist) or "?"
 
 
 ModelLike = "ir.Model | onnx.ModelProto | str | os.PathLike[str]"
@@ -80,8 +77,13 @@ def _nbytes(model: ir.Model) -> int:
     total = 0
     for v in _all_initializers(model):
         t = v.const_value
-        if t is not None:
-            total += int(np.prod(t.shape.numpy(), dtype=np.int64)) * max(t.dtype.itemsize, 1)
+        if t is None:
+            continue
+        try:
+            itemsize = max(t.dtype.itemsize, 1)
+        except TypeError:  # STRING tensors have no fixed width; they are never large weights
+            itemsize = 1
+        total += int(np.prod(t.shape.numpy(), dtype=np.int64)) * itemsize
     return total
 
 
@@ -119,7 +121,7 @@ class OnnxRuntimeRunner(Runner):
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         wanted = {i.name for i in self._inputs}
         values = self.session.run(None, {k: v for k, v in feeds.items() if k in wanted})
-        return {n: _plain(v) for n, v in zip(self._outputs, values)}
+        return {n: _plain(v) for n, v in zip(self._outputs, values, strict=True)}
 
 
 class ReferenceRunner(Runner):
@@ -146,7 +148,7 @@ class ReferenceRunner(Runner):
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         values = self.evaluator.run(None, {k: v for k, v in feeds.items() if k in self._inputs})
-        return {n: _plain(v) for n, v in zip(self._outputs, values)}
+        return {n: _plain(v) for n, v in zip(self._outputs, values, strict=True)}
 
 
 def onnx_runner(model: Any) -> Runner:

@@ -6,7 +6,6 @@ is onnxruntime on the model as loaded, so that later stages are compared with th
 
 from __future__ import annotations
 
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +15,7 @@ import onnx_ir as ir
 from unframe import io
 from unframe.converters.base import ConvertOptions, ExportResult, Frontend, InputSpec
 from unframe.converters.registry import register_frontend
+from unframe.distributions import dist_version
 from unframe.validate.inputs import generate_feeds
 from unframe.validate.onnxruntime import onnx_runner
 from unframe.validate.runner import Runner
@@ -52,7 +52,7 @@ class OnnxFrontend(Frontend):
         feeds = _feeds(native, spec)
         return ExportResult(model=native, tool="none (ONNX input)", route="onnx",
                             opset=native.opset_imports.get("", native.opset_imports.get("ai.onnx")),
-                            tool_versions={"onnx": metadata.version("onnx")}, feeds=feeds)
+                            tool_versions={"onnx": dist_version("onnx")}, feeds=feeds)
 
     def runner(self, native: ir.Model, export: ExportResult) -> Runner:
         return onnx_runner(native)

@@ -15,7 +15,7 @@ Export routes (``ExportResult.route`` says which one produced the graph)
   2. for Keras models, Keras' own ONNX export (``model.export(..., format="onnx")``);
   3. tf2onnx at another opset (18, or 15 when 18 failed).
   A route is accepted when onnxruntime loads its graph and it matches TensorFlow on the first
-  parity feed (option ``self_check=False``, or ``validate=False`` passed in the options, keeps
+  parity feed (option ``self_check=False``, or ``validate=False`` given to ``convert``, keeps
   only the onnxruntime load check); every rejected route is listed in ``ExportResult.notes``. tf2onnx's gap for
   ``Erfc`` (exact GELU) is filled through its own ``@tf_op`` hook.
 
@@ -44,7 +44,6 @@ Parity
 
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 from typing import Any
 
@@ -72,10 +71,6 @@ class TensorflowFrontend(Frontend):
     def distributions(self) -> tuple[str, ...]:
         return ("tensorflow-cpu", "tensorflow", "keras", "tf2onnx", "onnx")
 
-    def versions(self) -> dict[str, str]:
-        # importlib.metadata lookups cost ~20 ms each; versions don't change within a process.
-        return dict(_versions(self))
-
     def accepts_path(self, path: Path) -> bool:
         from unframe.converters.frontends._tf.native import is_saved_model_dir
 
@@ -101,8 +96,8 @@ class TensorflowFrontend(Frontend):
 
         opset = self.closest_opset(opts.opset) if opts.opset else self.default_opset()
         # A pipeline that validates nothing (validate=False) skips the per-route numbers check.
-        flag = opts.options.get("self_check", opts.options.get("validate"))
-        self_check = flag is not False
+        flag = opts.options.get("self_check")
+        self_check = opts.validate if flag is None else bool(flag)
         return export(native, spec, opset, opts.get("nchw_inputs"), self.versions(), self_check)
 
     def runner(self, native: Any, export: ExportResult) -> Runner:
@@ -119,7 +114,3 @@ class TensorflowFrontend(Frontend):
         where = f"{kind} {native.path}" if native.path is not None else native.source
         return f"{where}{sig}"
 
-
-@functools.lru_cache(maxsize=1)
-def _versions(frontend: TensorflowFrontend) -> tuple[tuple[str, str], ...]:
-    return tuple(Frontend.versions(frontend).items())

@@ -21,7 +21,8 @@ from unframe.converters.frontends._sklearn import inputs as inputs_mod
 from unframe.converters.frontends._sklearn.converters import EXTENSIONS, ONNXMLTOOLS, register_all
 from unframe.converters.frontends._sklearn.converters.hist_gradient_boosting import fix_ml_opset
 from unframe.converters.frontends._sklearn.inputs import InputPlan, walk
-from unframe.converters.frontends._sklearn.runner import PREDICT, SklearnRunner, dist_version, output_methods
+from unframe.converters.frontends._sklearn.runner import PREDICT, SklearnRunner, output_methods
+from unframe.distributions import dist_version
 from unframe.errors import Blocker, ConversionError, InputError, UnsupportedError, UsageError
 from unframe.validate import tolerances
 from unframe.validate.compare import compare_arrays

@@ -12,14 +12,13 @@ skl2onnx's output conventions, which the reference follows:
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping
-from importlib import metadata
 from typing import Any
 
 import numpy as np
 
 from unframe.converters.frontends._sklearn.inputs import InputPlan, final_estimator, to_sklearn_input
+from unframe.distributions import dist_version
 from unframe.errors import UnsupportedError
 from unframe.validate.runner import Runner
 
@@ -101,23 +100,3 @@ class SklearnRunner(Runner):
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         x = to_sklearn_input(self.plan, dict(feeds))
         return {name: call(self.model, method, x) for name, method in zip(self.names, self.methods, strict=False)}
-
-
-@functools.cache
-def dist_version(dist: str) -> str:
-    """Installed version ('' when absent), cached: reading package metadata costs ~1 ms a call."""
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return ""
-
-
-def maps_to_matrix(value: Any) -> np.ndarray | None:
-    """A ZipMap output (a sequence of {label: probability} dicts) as a [N, K] float64 matrix with
-    columns in sorted label order; None when ``value`` is not such a sequence. For parity code
-    that compares arrays: both the scikit-learn runner and onnxruntime give this layout."""
-    rows = list(value) if isinstance(value, (list, tuple, np.ndarray)) else None
-    if not rows or not all(isinstance(r, dict) for r in rows):
-        return None
-    keys = sorted(rows[0])
-    return np.array([[float(r[k]) for k in keys] for r in rows], dtype=np.float64)

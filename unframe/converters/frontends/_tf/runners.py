@@ -8,25 +8,18 @@ channels-last before TensorFlow sees them.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping, Sequence
-from importlib import metadata
 from typing import Any
 
 import numpy as np
 
 from unframe.converters.frontends._tf.native import TfModel, make_interpreter
+from unframe.distributions import dist_version
 from unframe.validate.runner import Runner, TensorSpec
 
 
-@functools.cache
 def _version(*dists: str) -> str:
-    for dist in dists:
-        try:
-            return metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            continue
-    return "?"
+    return dist_version(*dists) or "?"
 
 
 def to_channels_last(x: np.ndarray) -> np.ndarray:
