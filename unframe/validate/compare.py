@@ -154,11 +154,30 @@ def _pair_outputs(ref: Mapping[str, np.ndarray], out: Mapping[str, np.ndarray]
                   ) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]], str]:
     """Match outputs by name when the names agree, else by position (and say so on mismatch)."""
     if set(ref) == set(out):
-        return {k: (np.asarray(ref[k]), np.asarray(out[k])) for k in ref}, ""
+        return {k: (as_array(ref[k]), as_array(out[k])) for k in ref}, ""
     if len(ref) != len(out):
         return {}, (f"output count differs: reference has {len(ref)} ({', '.join(ref)}), "
                     f"candidate has {len(out)} ({', '.join(out)})")
-    return {rk: (np.asarray(ref[rk]), np.asarray(out[ok])) for rk, ok in zip(ref, out)}, ""
+    return {rk: (as_array(ref[rk]), as_array(out[ok])) for rk, ok in zip(ref, out, strict=True)}, ""
+
+
+def maps_to_matrix(value: Any) -> np.ndarray | None:
+    """A sequence of ``{label: value}`` maps (ONNX ZipMap's output, or a classifier's
+    per-row probability dicts) as an [N, K] float64 matrix with columns in sorted label order;
+    None when ``value`` is not such a sequence."""
+    rows = list(value) if isinstance(value, (list, tuple, np.ndarray)) else None
+    if not rows or not all(isinstance(r, dict) for r in rows):
+        return None
+    keys = sorted(rows[0])
+    if any(sorted(r) != keys for r in rows[1:]):
+        return None  # ragged maps: leave them for the element-wise comparison to report
+    return np.array([[float(r[k]) for k in keys] for r in rows], dtype=np.float64)
+
+
+def as_array(value: Any) -> np.ndarray:
+    """An output as an array for comparison: sequences of maps become matrices."""
+    matrix = maps_to_matrix(value)
+    return matrix if matrix is not None else np.asarray(value)
 
 
 def _tolerance(name: str, a: np.ndarray, b: np.ndarray, atol: tolerances.Override,

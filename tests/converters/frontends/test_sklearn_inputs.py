@@ -184,7 +184,7 @@ def test_zipmap_option_keeps_zipmap(logreg: LogisticRegression) -> None:
     for got_row, ref_row in zip(probs, ref, strict=False):
         assert set(got_row) == set(ref_row) == set(logreg.classes_.tolist())
         np.testing.assert_allclose([got_row[c] for c in ref_row], list(ref_row.values()), atol=1e-5)
-    from unframe.converters.frontends._sklearn.runner import maps_to_matrix
+    from unframe.validate.compare import maps_to_matrix
 
     np.testing.assert_allclose(maps_to_matrix(probs), maps_to_matrix(ref), atol=1e-5)
     assert maps_to_matrix(np.zeros((2, 2))) is None
