@@ -20,8 +20,16 @@ from typing import Any
 import onnx_ir as ir
 
 from unframe import io
-from unframe.converters.base import (Artifact, Backend, ConvertOptions, ExportResult, Frontend,
-                                     InputSpec, RunnerUnavailable, Target)
+from unframe.converters.base import (
+    Artifact,
+    Backend,
+    ConvertOptions,
+    ExportResult,
+    Frontend,
+    InputSpec,
+    RunnerUnavailable,
+    Target,
+)
 from unframe.errors import Blocker, InputError, ParityError, UnsupportedError, UsageError
 from unframe.route import Route, detect_frontend, dist_version, get_backend, is_reference, plan
 from unframe.validate.compare import ParityReport, StageParity, compare
@@ -98,7 +106,8 @@ def convert(source: Any, *, from_: str | None = None, to: str = "onnx", output: 
     route = plan(fe, be, source=src, opset=opset, source_opset=_peek_opset(src, fe), validate=validate)
     if explain:
         return ConversionResult(Artifact(kind=be.name), None, ParityReport(), route, timings=timings)
-    opts = ConvertOptions(trust=trust, opset=route.target_opset, options=dict(options))
+    opts = ConvertOptions(trust=trust, opset=route.target_opset, options=dict(options),
+                          validate=validate)
     spec = InputSpec(tensors=_parse_inputs(inputs), samples=_samples(sample_inputs), static=static,
                      dynamic=list(dynamic or []))
     report = ParityReport()
