@@ -29,7 +29,7 @@ bench: install
 	$(PY) bench/frontends.py --quick
 
 docs: install
-	$(PY) -m unframe.tools.gen_support > docs/support.md
+	$(PY) -m unframe.tools.gen_docs
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache
