@@ -10,8 +10,8 @@ import onnx_ir as ir
 import onnxruntime as ort
 import pytest
 from click.testing import CliRunner
-from spine_utils import mlp_model, snapshot
 from onnx import TensorProto, helper
+from spine_utils import mlp_model, snapshot
 
 import unframe
 from unframe import io

@@ -10,8 +10,8 @@ import numpy as np
 import onnx
 import pytest
 from click.testing import CliRunner
-from spine_utils import mlp_model, snapshot
 from onnx import TensorProto, helper, numpy_helper
+from spine_utils import mlp_model, snapshot
 
 from unframe.cli.main import cli
 

@@ -11,8 +11,8 @@ import onnx
 import onnxruntime as ort
 import pytest
 from click.testing import CliRunner
-from spine_utils import mlp_model, snapshot
 from onnx import TensorProto, helper
+from spine_utils import mlp_model, snapshot
 
 import unframe
 from unframe.cli.main import cli

@@ -52,5 +52,5 @@ class Runner(ABC):
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Run once. Returns outputs by name, in the model's output order."""
 
-    def close(self) -> None:  # pragma: no cover - most runners hold nothing
+    def close(self) -> None:  # noqa: B027  # pragma: no cover - most runners hold nothing
         pass
