@@ -63,6 +63,30 @@ MODELS: list[tuple[str, str, Callable[[], tuple[Any, Any]]]] = [
 ]
 
 
+def _other_backends(out_dir: Path, frameworks: tuple[str, ...]) -> None:
+    """The torch model again, to a Core ML package (checked with the MIL evaluator) and a TensorRT
+    engine (parsed and built on the CPU; running it needs a GPU, and the report says so)."""
+    import unframe
+
+    if (frameworks and "torch" not in frameworks) or importlib.util.find_spec("torch") is None:
+        return
+    from unframe.errors import MissingExtraError
+
+    for to, suffix in (("coreml", "mlpackage"), ("tensorrt", "engine")):
+        model, sample = _torch_model()
+        path = out_dir / to / f"model.{suffix}"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            result = unframe.convert(model, to=to, sample_inputs=sample, output=path)
+        except MissingExtraError as exc:
+            print(f"-- torch -> {to}: skipped ({exc})")
+            continue
+        print(f"-- torch: {type(model).__name__} -> {path}")
+        print(result.route.describe())
+        for stage in result.report.stages:
+            print(f"   {stage.summary()}")
+
+
 def run_demo(out_dir: Path = Path("demo_out"), *, frameworks: tuple[str, ...] = ()) -> int:
     """Convert one model per installed framework, upgrade them all; returns a process exit code."""
     import unframe
@@ -89,6 +113,7 @@ def run_demo(out_dir: Path = Path("demo_out"), *, frameworks: tuple[str, ...] = 
         feeds = result.export.feeds if result.export else []
         if feeds:
             np.savez(path.parent / "inputs.npz", **feeds[0])
+    _other_backends(out_dir, frameworks)
     print(f"\n-- upgrading every model under {src} to opset {UPGRADE_OPSET} (unframe zoo upgrade)")
     batch = upgrade_zoo(src, UpgradeOptions(opset=UPGRADE_OPSET, out_dir=upgraded, workers=2, force=True))
     print_table(batch.report)

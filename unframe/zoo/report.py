@@ -119,7 +119,10 @@ def print_table(report: dict[str, Any], console: Any = None) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    console = console or Console()
+    if console is None:
+        console = Console()
+        if not console.is_terminal:  # a log file or CI: no width to fit, keep every column readable
+            console = Console(width=160)
     style = {OK: "green", REFUSED: "yellow", FAILED: "red"}
     table = Table(title=f"zoo upgrade to opset {report.get('opset')}", show_lines=False)
     for col in COLUMNS:

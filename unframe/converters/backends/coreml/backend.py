@@ -136,8 +136,12 @@ def _option_blockers(model: ir.Model, target: Target) -> list[Blocker]:
 
 
 def _build(model: ir.Model, target: Target) -> tuple[Any, dict[str, str], list[Any]]:
-    import coremltools as ct
+    import contextlib
+    import io
 
+    from unframe.converters.backends.coreml.mil_eval._ct import import_coremltools
+
+    ct = import_coremltools()
     from unframe.converters.backends.coreml.translate import (
         NameMap,
         build_program,
@@ -157,9 +161,12 @@ def _build(model: ir.Model, target: Target) -> tuple[Any, dict[str, str], list[A
     if labels:
         kwargs["classifier_config"] = ct.ClassifierConfig(_labels(labels))
     try:
-        mlmodel = ct.convert(prog, convert_to="mlprogram", minimum_deployment_target=ct_target(ios),
-                             compute_precision=precision, inputs=ct_inputs(plans, target.options) or None,
-                             skip_model_load=True, **kwargs)
+        # ct.convert draws a tqdm progress bar per pass pipeline on stderr: keep the CLI's output ours
+        with contextlib.redirect_stderr(io.StringIO()):
+            mlmodel = ct.convert(prog, convert_to="mlprogram", minimum_deployment_target=ct_target(ios),
+                                 compute_precision=precision,
+                                 inputs=ct_inputs(plans, target.options) or None,
+                                 skip_model_load=True, **kwargs)
     except Exception as exc:
         raise ConversionError(f"coremltools could not convert the MIL program: {type(exc).__name__}: "
                               f"{str(exc).splitlines()[0] if str(exc) else ''}",

@@ -19,6 +19,13 @@ _NOT_NEEDED = ("tensorflow", "transformers", "xgboost", "sklearn")
 def import_coremltools() -> ModuleType:
     if "coremltools" in sys.modules:
         return sys.modules["coremltools"]
+    import logging
+
+    ct_logger = logging.getLogger("coremltools")
+    if ct_logger.level == logging.NOTSET:
+        # its import warns about untested framework versions and the missing macOS runtime
+        # (this is Linux: packages are written and checked with the MIL evaluator, never run)
+        ct_logger.setLevel(logging.ERROR)
     hidden = [name for name in _NOT_NEEDED if name not in sys.modules]
     for name in hidden:
         sys.modules[name] = None  # type: ignore[assignment]  # makes `import name` fail fast
