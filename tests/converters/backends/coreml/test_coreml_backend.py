@@ -134,6 +134,32 @@ def test_loop_as_while_loop_and_unrolled(tmp_path: Path) -> None:
     assert parity, parity.reason
 
 
+@pytest.mark.parametrize(("trips", "stop_after"), [(4, 4), (5, 3)], ids=["false-on-last", "false-early"])
+def test_unrolled_loop_whose_condition_turns_false(tmp_path: Path, trips: int, stop_after: int) -> None:
+    """TF-style loops (tf2onnx while loops): the body computes cond = (i + 1 < limit). ONNX keeps
+    the iteration whose condition turns false and then stops, so the scan output has
+    min(trips, limit) rows; a cond computed by the last iteration is never read."""
+    body = helper.make_graph(
+        [helper.make_node("Add", ["i", "one"], ["next_i"]),
+         helper.make_node("Less", ["next_i", "limit"], ["cond_out"]),
+         helper.make_node("Add", ["v_in", "x"], ["v_out"]),
+         helper.make_node("Identity", ["v_out"], ["scan"])],
+        "body", [_vi("i", [], TensorProto.INT64), _vi("cond_in", [], TensorProto.BOOL), _vi("v_in", [3])],
+        [_vi("cond_out", [], TensorProto.BOOL), _vi("v_out", [3]), _vi("scan", [None, 3])],
+        [numpy_helper.from_array(np.array(1, dtype=np.int64), "one"),
+         numpy_helper.from_array(np.array(stop_after, dtype=np.int64), "limit")])
+    inits = [numpy_helper.from_array(np.array(True), "cond"),
+             numpy_helper.from_array(np.array(trips, dtype=np.int64), "n"),
+             numpy_helper.from_array(np.zeros(3, dtype=np.float32), "v0")]
+    model = _model([helper.make_node("Loop", ["n", "cond", "v0"], ["y", "ys"], body=body)],
+                   [_vi("x", [3])], [_vi("y", [3]), _vi("ys", [None, 3])], inits)
+    feeds = [{"x": np.random.default_rng(1).standard_normal(3).astype(np.float32)}]
+    artifact, parity = convert_and_compare(model, feeds, tmp_path, precision="fp32")
+    assert parity, parity.reason
+    ys = next(o for o in parity.outputs if o.name == "ys")
+    assert ys.out_shape == [min(trips, stop_after), 3]
+
+
 @pytest.mark.usefixtures("coreml")
 def test_global_lp_pool_expand_and_gelu(tmp_path: Path) -> None:
     shape = numpy_helper.from_array(np.array([2, 3, 4, 4], dtype=np.int64), "shape")
@@ -143,5 +169,19 @@ def test_global_lp_pool_expand_and_gelu(tmp_path: Path) -> None:
                    [_vi("x", [2, 3, 5, 5])], [_vi("y", [2, 3, 4, 4])], [shape])
     rng = np.random.default_rng(3)
     feeds = [{"x": rng.standard_normal((2, 3, 5, 5)).astype(np.float32)}]
+    _, parity = convert_and_compare(model, feeds, tmp_path, precision="fp32")
+    assert parity, parity.reason
+
+
+def test_integer_division_of_constants_truncates(tmp_path: Path) -> None:
+    """Div of int64 scalars known at conversion time (e.g. head_dim = d_model / heads in a torch
+    transformer): folded with ONNX's truncation toward zero, and usable downstream."""
+    inits = [numpy_helper.from_array(np.array(-7, dtype=np.int64), "a"),
+             numpy_helper.from_array(np.array(2, dtype=np.int64), "b")]
+    model = _model([helper.make_node("Div", ["a", "b"], ["q"]),
+                    helper.make_node("Cast", ["q"], ["qf"], to=TensorProto.FLOAT),
+                    helper.make_node("Add", ["x", "qf"], ["y"])],
+                   [_vi("x", [3])], [_vi("y", [3])], inits)
+    feeds = [{"x": np.arange(3, dtype=np.float32)}]
     _, parity = convert_and_compare(model, feeds, tmp_path, precision="fp32")
     assert parity, parity.reason

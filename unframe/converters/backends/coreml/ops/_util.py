@@ -51,9 +51,16 @@ def dtype_name(var: Any) -> str:
     return {types.fp16: "fp16", types.fp32: "fp32", types.bool: "bool"}.get(var.dtype, "int32")
 
 
+_NP_OF = {"fp16": np.float16, "fp32": np.float32, "int32": np.int32, "bool": np.bool_}
+
+
 def cast(var: Any, dtype: str) -> Any:
     if dtype_name(var) == dtype:
         return var
+    if var.val is not None:
+        # fold known values in numpy: coremltools' own folding of a scalar cast yields a Python
+        # float, on which the value inference of later unary ops (abs, floor...) fails
+        return mb().const(val=np.asarray(var.val).astype(_NP_OF[dtype]))
     return mb().cast(x=var, dtype=dtype)
 
 

@@ -75,18 +75,24 @@ def loop(ctx: TranslateContext) -> Any:
 
 def _unroll(ctx: TranslateContext, body: ir.Graph, trips: int, carried: list[Any],
             n_scan: int) -> list[Any] | None:
-    """Returns None when the body's condition is not constant true (the loop may stop early)."""
+    """Returns None when the body's condition is not known at conversion time (the loop may stop
+    at an iteration only the input data decides). ONNX keeps the outputs of the iteration whose
+    condition turns false, then stops; a condition computed by the last iteration is never read."""
     m = mb()
     scans: list[list[Any]] = [[] for _ in range(n_scan)]
     state = list(carried)
     for i in range(trips):
         outs = ctx.graph.run_subgraph(body, ctx.env, [m.const(val=np.int32(i)), m.const(val=True), *state])
-        go = outs[0].val
-        if go is None or not bool(np.asarray(go).reshape(-1)[0]):
-            return None
         state = outs[1:1 + len(state)]
         for k, v in enumerate(outs[1 + len(state):]):
             scans[k].append(v)
+        if i == trips - 1:
+            break
+        go = outs[0].val
+        if go is None:
+            return None
+        if not bool(np.asarray(go).reshape(-1)[0]):
+            break
     finals = [m.identity(x=v) for v in state]
     stacked = [m.stack(values=vals, axis=0) if vals else None for vals in scans]
     if any(s is None for s in stacked):
