@@ -20,15 +20,15 @@ from unframe.version_converter import convert_opset
 PAIRS: list[tuple[str, list[int], tuple[str, ...]]] = [
     ("test_maxpool_2d_ceil_output_size_reduce_by_one", [21, 18], ()),
     ("test_averagepool_2d_ceil_last_window_starts_on_pad", [21, 19], ()),
-    ("test_maxpool_2d_ceil", [21], ()),
+    ("test_maxpool_2d_ceil", [21, 9], ()),
+    ("test_averagepool_2d_ceil", [9], ()),
 ]
 
 
 @pytest.mark.parametrize(("name", "targets", "freeze"), PAIRS, ids=[p[0] for p in PAIRS])
 def test_golden_cases(name: str, targets: list[int], freeze: tuple[str, ...]) -> None:
     fired = check_path(name, targets, freeze)
-    if name != "test_maxpool_2d_ceil":  # there the rule drops nothing: no rewrite is expected
-        assert fired, "no adapter ran: the path does not exercise this family"
+    assert fired, "no adapter ran: the path does not exercise this family"
 
 
 def _pool(op: str, height: int, width: int, attrs: dict) -> onnx.ModelProto:
@@ -58,7 +58,9 @@ def _geometries():
         yield op, h, w, attrs
 
 
-def test_sweep_matches_onnxruntime_and_the_opset_21_spec() -> None:
+@pytest.mark.parametrize("target", [21, 9])
+def test_sweep_matches_onnxruntime_and_the_target_spec(target: int) -> None:
+    """21: opset 22's rule in floor mode where it differs; 9: no ceil_mode attribute at all."""
     rng = np.random.default_rng(0)
     rewritten = refused = 0
     for op, h, w, attrs in _geometries():
@@ -67,19 +69,20 @@ def test_sweep_matches_onnxruntime_and_the_opset_21_spec() -> None:
         expected = _run(model, x)
         irm = ir.from_proto(model)
         try:
-            convert_opset(irm, 21)
+            convert_opset(irm, target)
         except Exception as exc:  # only the documented refusal is allowed
             assert "count_include_pad=1" in str(exc) or "end pad" in str(exc), (op, h, w, attrs, exc)
             refused += 1
             continue
         out_model = ir.to_proto(irm)
-        onnx.checker.check_model(out_model, full_check=True)  # the 21 spec agrees with the shapes
+        onnx.checker.check_model(out_model, full_check=True)  # the target's spec agrees with the shapes
         ceil_mode = {a.name: a.i for a in out_model.graph.node[0].attribute}.get("ceil_mode", 0)
         rewritten += ceil_mode == 0
         got = _run(out_model, x)
         assert got.shape == expected.shape, (op, h, w, attrs)
         np.testing.assert_allclose(got, expected, atol=1e-6, err_msg=str((op, h, w, attrs)))
     assert rewritten > 0, "no geometry exercised the rewrite"
+    assert refused < rewritten, f"{refused} refusals: the rewrite hardly ever applies"
 
 
 def test_mixed_axes_with_count_include_pad_is_refused() -> None:

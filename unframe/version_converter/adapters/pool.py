@@ -1,4 +1,4 @@
-"""MaxPool / AveragePool: the ceil-mode window rule of opset 22.
+"""MaxPool / AveragePool: ceil mode below opset 10, and the ceil-mode window rule of opset 22.
 
 Opset 22 added to both specs: "sliding windows that would start in the right padded region are
 ignored" when ``ceil_mode=1`` (PyTorch's rule, which onnxruntime applies at every opset). Up to
@@ -16,6 +16,9 @@ with ``count_include_pad=0`` (padding isn't counted); refused for ``count_includ
 when the widened pad would reach the kernel size (onnxruntime rejects such pads).
 
 Spatial sizes unknown: the node is left as it is; onnxruntime computes the same either way.
+
+10->9::   Pool(x, ceil_mode=1)  ->  Pool(x, end pads widened as above): ceil_mode arrived at opset
+          10; with SAME/VALID auto_pad it changes nothing and is dropped. Needs static spatial sizes.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import math
 import onnx_ir as ir
 
 from unframe.version_converter.context import Step
+from unframe.version_converter.generic import generic_step
 from unframe.version_converter.moves import require_types
 from unframe.version_converter.registry import adapter
 
@@ -38,16 +42,21 @@ def _axis_sizes(length: int, kernel: int, stride: int, dilation: int, begin: int
     return ceil_size, rule_size, span // stride + 1
 
 
-def _pool_22_21(node: ir.Node, step: Step) -> None:
-    require_types(step)
+def _floor_mode(node: ir.Node, step: Step, *, only_if_rule_differs: bool) -> None:
+    """Rewrite ``ceil_mode=1`` as floor mode, widening end pads where ceil mode kept a partial
+    window, so the output keeps the size onnxruntime computes (opset 22's rule)."""
     if not step.attr("ceil_mode", 0):
         return
     if step.attr("auto_pad", "NOTSET") not in ("NOTSET", ""):
-        return  # the SAME/VALID formulas didn't change
+        step.set_attr("ceil_mode", 0)  # SAME/VALID sizes are the same in both modes
+        return
     shape = step.static_shape(node.inputs[0])
     kernel = list(step.attr("kernel_shape") or [])
     if shape is None or not kernel:
-        return
+        if only_if_rule_differs:
+            return  # onnxruntime computes the same at both opsets
+        step.refuse(f"{node.op_type} with ceil_mode=1 needs static spatial sizes to be written in "
+                    f"floor mode at opset {step.to_version}")
     spatial = list(shape[2:])
     n = len(spatial)
     strides = list(step.attr("strides") or [1] * n)
@@ -55,8 +64,8 @@ def _pool_22_21(node: ir.Node, step: Step) -> None:
     pads = list(step.attr("pads") or [0] * (2 * n))
     sizes = [_axis_sizes(spatial[i], kernel[i], strides[i], dilations[i], pads[i], pads[n + i])
              for i in range(n)]
-    if all(c == r for c, r, _ in sizes):
-        return  # the rule drops nothing: ceil mode means the same at 21
+    if only_if_rule_differs and all(c == r for c, r, _ in sizes):
+        return  # the rule drops nothing: ceil mode means the same at the target
     new_pads = list(pads)
     for i, (_, rule, floor) in enumerate(sizes):
         if floor == rule:
@@ -65,16 +74,29 @@ def _pool_22_21(node: ir.Node, step: Step) -> None:
         new_pads[n + i] += (rule - 1) * strides[i] + dilations[i] * (kernel[i] - 1) + 1 - (
             spatial[i] + pads[i] + pads[n + i])
         if node.op_type == "AveragePool" and step.attr("count_include_pad", 0):
-            step.refuse("AveragePool with ceil_mode=1 and count_include_pad=1 where opset 22 drops "
-                        "a window on one axis and keeps a partial one on another: opset 21 can't "
-                        "express both")
+            step.refuse(f"AveragePool with ceil_mode=1 and count_include_pad=1 keeps a partial last "
+                        f"window on spatial axis {i}: opset {step.to_version} would count the "
+                        "extra padding it needs")
         if new_pads[n + i] >= kernel[i]:
-            step.refuse(f"{node.op_type} with ceil_mode=1: opset 21 would need an end pad of "
-                        f"{new_pads[n + i]} on spatial axis {i}, not less than the kernel size")
+            step.refuse(f"{node.op_type} with ceil_mode=1: opset {step.to_version} would need an end "
+                        f"pad of {new_pads[n + i]} on spatial axis {i}, not less than the kernel size")
     step.set_attr("ceil_mode", 0)
     if new_pads != pads:
         step.set_attr("pads", [int(p) for p in new_pads])
 
 
+def _pool_22_21(node: ir.Node, step: Step) -> None:
+    require_types(step)
+    _floor_mode(node, step, only_if_rule_differs=True)
+
+
+def _pool_10_9(node: ir.Node, step: Step) -> None:
+    """ceil_mode (and dilations) arrived at opset 10: ceil mode becomes floor mode with widened
+    pads; the generic step then drops ceil_mode=0 and refuses non-default dilations."""
+    _floor_mode(node, step, only_if_rule_differs=False)
+    generic_step(node, step, semantics_handled=True)
+
+
 for _op in ("MaxPool", "AveragePool"):
     adapter(_op, 22, 21)(_pool_22_21)
+    adapter(_op, 10, 9)(_pool_10_9)
