@@ -33,7 +33,7 @@ def test_golden_cases(name: str, targets: list[int], freeze: tuple[str, ...]) ->
 
 def _pool(op: str, height: int, width: int, attrs: dict) -> onnx.ModelProto:
     node = oh.make_node(op, ["x"], ["y"], **attrs)
-    graph = oh.make_graph([node], "g", [oh.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, height, width])],
+    graph = oh.make_graph([node], "g", [oh.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 2, height, width])],
                           [oh.make_tensor_value_info("y", TensorProto.FLOAT, None)])
     model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 22)])
     model.ir_version = 10

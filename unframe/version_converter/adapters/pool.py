@@ -42,6 +42,14 @@ def _axis_sizes(length: int, kernel: int, stride: int, dilation: int, begin: int
     return ceil_size, rule_size, span // stride + 1
 
 
+def _spatial_sizes(value: ir.Value | None) -> list[int] | None:
+    """The static spatial sizes (dims after N and C); the batch may be symbolic."""
+    if value is None or value.shape is None or len(value.shape) < 3:
+        return None
+    dims = list(value.shape)[2:]
+    return dims if all(isinstance(d, int) for d in dims) else None
+
+
 def _floor_mode(node: ir.Node, step: Step, *, only_if_rule_differs: bool) -> None:
     """Rewrite ``ceil_mode=1`` as floor mode, widening end pads where ceil mode kept a partial
     window, so the output keeps the size onnxruntime computes (opset 22's rule)."""
@@ -50,14 +58,13 @@ def _floor_mode(node: ir.Node, step: Step, *, only_if_rule_differs: bool) -> Non
     if step.attr("auto_pad", "NOTSET") not in ("NOTSET", ""):
         step.set_attr("ceil_mode", 0)  # SAME/VALID sizes are the same in both modes
         return
-    shape = step.static_shape(node.inputs[0])
+    spatial = _spatial_sizes(node.inputs[0])
     kernel = list(step.attr("kernel_shape") or [])
-    if shape is None or not kernel:
+    if spatial is None or not kernel:
         if only_if_rule_differs:
             return  # onnxruntime computes the same at both opsets
         step.refuse(f"{node.op_type} with ceil_mode=1 needs static spatial sizes to be written in "
                     f"floor mode at opset {step.to_version}")
-    spatial = list(shape[2:])
     n = len(spatial)
     strides = list(step.attr("strides") or [1] * n)
     dilations = list(step.attr("dilations") or [1] * n)
