@@ -76,3 +76,25 @@ def test_check_lists_opset_blockers(tmp_path: Path):
 def test_in_memory_model(tmp_path: Path):
     result = unframe.convert_opset(mlp_model(opset=11), 15)
     assert result.artifact.model.opset_imports[""] == 15
+
+
+def test_many_blockers_are_summarized_on_the_terminal_and_all_listed_in_json(tmp_path: Path):
+    n = 30
+    nodes = [helper.make_node("Add", ["a" if i == 0 else f"c{i - 1}", "b"], [f"c{i}"], name=f"add{i}")
+             for i in range(n)]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("a", TensorProto.BFLOAT16, [2]),
+                                       helper.make_tensor_value_info("b", TensorProto.BFLOAT16, [2])],
+                          [helper.make_tensor_value_info(f"c{n - 1}", TensorProto.BFLOAT16, [2])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 14)])
+    m.ir_version = 8
+    src = tmp_path / "many.onnx"
+    onnx.save(m, src)
+    res = CliRunner().invoke(cli, ["opset", str(src), "--to", "9", "-o", str(tmp_path / "o.onnx")])
+    assert res.exit_code == 4
+    listed = [line for line in res.stderr.splitlines() if line.startswith("  - ")]
+    assert 0 < len(listed) < n
+    assert f"and {n - len(listed)} more" in res.stderr
+    res = CliRunner().invoke(cli, ["opset", str(src), "--to", "9", "-o", str(tmp_path / "o.onnx"), "--json"])
+    assert res.exit_code == 4
+    data = json.loads(res.stdout)
+    assert sorted(b["node"] for b in data["blockers"]) == sorted(f"add{i}" for i in range(n))

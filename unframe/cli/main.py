@@ -67,6 +67,9 @@ def _fail_line(message: str, code: int) -> None:
     sys.exit(code)
 
 
+MAX_LISTED_BLOCKERS = 25
+
+
 def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     """One-line errors with their exit codes; tracebacks only with --debug."""
 
@@ -86,9 +89,13 @@ def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
             if as_json:
                 click.echo(json.dumps(exc.to_dict(), indent=2, default=str))
             click.echo(f"error: {exc}", err=True)
-            if isinstance(exc, UnsupportedError):
-                for b in exc.blockers:
+            if isinstance(exc, UnsupportedError) and not as_json:
+                shown = exc.blockers if debug else exc.blockers[:MAX_LISTED_BLOCKERS]
+                for b in shown:
                     click.echo(f"  - {b}", err=True)
+                if len(shown) < len(exc.blockers):
+                    click.echo(f"  ... and {len(exc.blockers) - len(shown)} more "
+                               "(--json or --debug lists every one)", err=True)
             sys.exit(exc.exit_code)
         except KeyboardInterrupt:
             click.echo("error: interrupted; nothing was written", err=True)
