@@ -98,3 +98,42 @@ def test_many_blockers_are_summarized_on_the_terminal_and_all_listed_in_json(tmp
     assert res.exit_code == 4
     data = json.loads(res.stdout)
     assert sorted(b["node"] for b in data["blockers"]) == sorted(f"add{i}" for i in range(n))
+
+
+def _tree_model(folder: Path) -> Path:
+    """One ai.onnx.ml TreeEnsembleRegressor (ml opset 1): x[0] <= 0.5 ? 1.0 : 2.0."""
+    node = helper.make_node(
+        "TreeEnsembleRegressor", ["x"], ["y"], domain="ai.onnx.ml", name="tree", n_targets=1,
+        nodes_treeids=[0, 0, 0], nodes_nodeids=[0, 1, 2], nodes_featureids=[0, 0, 0],
+        nodes_values=[0.5, 0.0, 0.0], nodes_modes=["BRANCH_LEQ", "LEAF", "LEAF"],
+        nodes_truenodeids=[1, 0, 0], nodes_falsenodeids=[2, 0, 0],
+        target_treeids=[0, 0], target_nodeids=[1, 2], target_ids=[0, 0], target_weights=[1.0, 2.0])
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 2])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 1])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("ai.onnx.ml", 1)])
+    m.ir_version = 8
+    p = folder / "tree.onnx"
+    onnx.save(m, p)
+    return p
+
+
+def test_ml_opset_moves_the_ml_domain_and_refuses_a_removed_op(tmp_path: Path):
+    src = _tree_model(tmp_path)
+    out = tmp_path / "tree3.onnx"
+    res = CliRunner().invoke(cli, ["opset", str(src), "--to", "17", "--ml-opset", "3", "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    imports = {o.domain: o.version for o in onnx.load(out).opset_import}
+    assert imports[""] == 17 and imports["ai.onnx.ml"] == 3
+    x = np.array([[0.2, 0.0], [0.9, 1.0]], dtype=np.float32)
+    got = ort.InferenceSession(str(out)).run(None, {"x": x})[0]
+    want = ort.InferenceSession(str(src)).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(got, want)
+    # default: the ml domain stays where it was
+    kept = unframe.convert_opset(src, 17, output=tmp_path / "tree_kept.onnx")
+    assert kept.path is not None
+    assert {o.domain: o.version for o in onnx.load(kept.path).opset_import}["ai.onnx.ml"] == 1
+    # TreeEnsembleRegressor is gone from ai.onnx.ml 5: a blocker naming the node, nothing written
+    res = CliRunner().invoke(cli, ["opset", str(src), "--to", "17", "--ml-opset", "5", "-o", str(tmp_path / "t5.onnx")])
+    assert res.exit_code == 4
+    assert "'tree'" in res.stderr and "removed" in res.stderr
+    assert not (tmp_path / "t5.onnx").exists()

@@ -87,10 +87,11 @@ def convert(source: Any, *, from_: str | None = None, to: str = "onnx", output: 
             target: Any = None, validate: bool = True, atol: Any = None, rtol: Any = None,
             trust: bool = False, force: bool = False, static: bool = False,
             dynamic: list[tuple[str, int, str | None]] | None = None, explain: bool = False,
-            **options: Any) -> ConversionResult:
+            ml_opset: int | None = None, **options: Any) -> ConversionResult:
     """Convert ``source`` (a file path or a framework object) to ``to`` ("onnx", "coreml",
     "tensorrt"). See README for every option; stage-specific ones (``exporter``, ``signature``,
-    ``precision``, ``shapes``...) are passed as keyword arguments."""
+    ``precision``, ``shapes``...) are passed as keyword arguments. ``ml_opset`` moves the
+    ``ai.onnx.ml`` domain too (by default it stays at the source's version)."""
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
     src = _as_source(source)
@@ -117,7 +118,8 @@ def convert(source: Any, *, from_: str | None = None, to: str = "onnx", output: 
     export, ref_runner = _export(fe, native, spec, opts, report, validate, atol, rtol)
     timings["export"] = _lap(t0) - timings["load"]
     model = export.model
-    conversion, onnx_ref = _convert_opset(model, route, export, ref_runner, report, validate, atol, rtol)
+    conversion, onnx_ref = _convert_opset(model, route, export, ref_runner, report, validate, atol, rtol,
+                                          ml_opset)
     timings["opset"] = _lap(t0) - timings["load"] - timings["export"]
     if export.feeds:
         tgt.options.setdefault("sample_shapes", {k: tuple(v.shape) for k, v in export.feeds[0].items()})
@@ -161,11 +163,11 @@ def check(source: Any, *, from_: str | None = None, to: str = "onnx", opset: int
 
 def convert_opset(model: Any, opset: int, *, output: str | os.PathLike[str] | None = None,
                   validate: bool = True, force: bool = False, sample_inputs: Any = None,
-                  atol: Any = None, rtol: Any = None) -> ConversionResult:
+                  atol: Any = None, rtol: Any = None, ml_opset: int | None = None) -> ConversionResult:
     """Move an ONNX model (path, ModelProto or onnx_ir.Model) to another opset, checked with
-    onnxruntime against the original."""
+    onnxruntime against the original. ``ml_opset`` moves the ``ai.onnx.ml`` domain too."""
     return convert(model, from_="onnx", to="onnx", opset=opset, output=output, validate=validate,
-                   force=force, sample_inputs=sample_inputs, atol=atol, rtol=rtol)
+                   force=force, sample_inputs=sample_inputs, atol=atol, rtol=rtol, ml_opset=ml_opset)
 
 
 def load(path: str | os.PathLike[str], *, from_: str | None = None, trust: bool = False, **options: Any) -> Any:
@@ -210,13 +212,17 @@ def _export(fe: Frontend, native: Any, spec: InputSpec, opts: ConvertOptions, re
 
 
 def _convert_opset(model: ir.Model, route: Route, export: ExportResult, before: Runner | None,
-                   report: ParityReport, validate: bool, atol: Any, rtol: Any) -> tuple[Any, Runner | None]:
-    target = route.target_opset
-    if not target or _opset(model) == target:
+                   report: ParityReport, validate: bool, atol: Any, rtol: Any,
+                   ml_opset: int | None = None) -> tuple[Any, Runner | None]:
+    target = route.target_opset or _opset(model)
+    ml_now = model.opset_imports.get("ai.onnx.ml")
+    move_ml = ml_opset is not None and ml_now is not None and ml_now != ml_opset
+    if not target or (_opset(model) == target and not move_ml):
         return None, before
     from unframe import version_converter
 
-    conversion = version_converter.convert_opset(model, target)  # raises with every blocker
+    # raises with every blocker
+    conversion = version_converter.convert_opset(model, target, ml_target=ml_opset if move_ml else None)
     if not validate:
         return conversion, None
     after = onnx_runner(model)

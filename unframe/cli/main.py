@@ -132,6 +132,7 @@ def _console() -> Any:
 @click.option("--to", "to", default="onnx", show_default=True, metavar="T", help="Target: onnx, coreml, tensorrt.")
 @click.option("-o", "--output", type=click.Path(), help="Output path (.onnx, .mlpackage, .engine).")
 @click.option("--opset", type=int, help="ONNX opset of the output (ONNX target).")
+@click.option("--ml-opset", type=int, help="ai.onnx.ml opset of the output (default: the source's).")
 @click.option("--explain", is_flag=True, help="Print the planned route and exit without converting.")
 @click.option("--no-validate", is_flag=True, help="Skip the parity checks (not recommended).")
 @click.option("--atol", multiple=True, metavar="X|NAME=X", help="Absolute tolerance, for all outputs or one.")
@@ -165,7 +166,8 @@ def _console() -> Any:
 @json_option
 @debug_option
 @handle_errors
-def convert(src: str, from_: str | None, to: str, output: str | None, opset: int | None, explain: bool,
+def convert(src: str, from_: str | None, to: str, output: str | None, opset: int | None,
+            ml_opset: int | None, explain: bool,
             no_validate: bool, atol: tuple[str, ...], rtol: tuple[str, ...], trust: bool, force: bool,
             sample_inputs: str | None, inputs: str | None, static: bool, dynamic: tuple[str, ...],
             as_json: bool, debug: bool, **stage_options: Any) -> None:
@@ -179,7 +181,7 @@ def convert(src: str, from_: str | None, to: str, output: str | None, opset: int
         raise UsageError("no output path", "pass -o/--output PATH (or --explain to only plan)")
     stage = opt.stage_options(stage_options)
     result = api.convert(
-        src, from_=from_, to=to, output=output, opset=opset, explain=explain,
+        src, from_=from_, to=to, output=output, opset=opset, ml_opset=ml_opset, explain=explain,
         validate=not no_validate, atol=opt.tolerance(atol, "--atol"), rtol=opt.tolerance(rtol, "--rtol"),
         trust=trust, force=force, sample_inputs=sample_inputs, inputs=inputs, static=static,
         dynamic=[opt.dynamic_axis(d) for d in dynamic], **stage)
@@ -222,6 +224,7 @@ def _print_result(result: Any, as_json: bool) -> None:
 @cli.command()
 @click.argument("model", type=click.Path())
 @click.option("--to", "to_opset", type=int, required=True, help="Target opset.")
+@click.option("--ml-opset", type=int, help="Target ai.onnx.ml opset (default: the source's).")
 @click.option("-o", "--output", type=click.Path(), required=True, help="Output .onnx path.")
 @click.option("--no-validate", is_flag=True, help="Skip the onnxruntime parity check.")
 @click.option("--force", is_flag=True, help="Replace an existing output.")
@@ -231,13 +234,15 @@ def _print_result(result: Any, as_json: bool) -> None:
 @json_option
 @debug_option
 @handle_errors
-def opset(model: str, to_opset: int, output: str, no_validate: bool, force: bool, sample_inputs: str | None,
-          atol: tuple[str, ...], rtol: tuple[str, ...], as_json: bool, debug: bool) -> None:
+def opset(model: str, to_opset: int, ml_opset: int | None, output: str, no_validate: bool, force: bool,
+          sample_inputs: str | None, atol: tuple[str, ...], rtol: tuple[str, ...], as_json: bool,
+          debug: bool) -> None:
     """Move an ONNX MODEL to another opset (up or down), checked against the original."""
     from unframe import api
     from unframe.cli import options as opt
 
     result = api.convert_opset(model, to_opset, output=output, validate=not no_validate, force=force,
+                               ml_opset=ml_opset,
                                sample_inputs=sample_inputs, atol=opt.tolerance(atol, "--atol"),
                                rtol=opt.tolerance(rtol, "--rtol"))
     _print_result(result, as_json)
