@@ -68,7 +68,7 @@ class CoreMLBackend(Backend):
                 "unframe.target": target.get("target", "iOS16"),
                 "unframe.precision": _precision(target)}
         artifact = Artifact(kind=kind, model=mlmodel, path=path, metadata=meta)
-        artifact.metadata["unframe.io"] = json.dumps(_io_record(model, names, plans))
+        artifact.metadata["unframe.io"] = json.dumps(_io_record(model, names, plans, mlmodel))
         _write_metadata(artifact)
         return artifact
 
@@ -182,12 +182,23 @@ def _labels(labels: Any) -> list[Any]:
     return list(labels)
 
 
-def _io_record(model: ir.Model, names: dict[str, str], plans: list[Any]) -> dict[str, Any]:
-    """How ONNX inputs/outputs map onto the package's: names and the ONNX dtypes to restore."""
+def _io_record(model: ir.Model, names: dict[str, str], plans: list[Any], mlmodel: Any = None
+               ) -> dict[str, Any]:
+    """How ONNX inputs/outputs map onto the package's: names and the ONNX dtypes to restore.
+
+    A classifier (``class_labels``) has Core ML's own outputs instead of the probabilities tensor:
+    the predicted label and a ``{label: probability}`` dict, which stands for that tensor."""
     inputs = [{"onnx": p.onnx_name, "mil": p.mil_name, "dtype": _np_name(p.dtype),
                "shape": [d if isinstance(d, int) else None for d in p.shape]} for p in plans]
     outputs = [{"onnx": o.name, "mil": names[o.name], "dtype": _np_name(o.dtype),
                 "rank": None if o.shape is None else len(o.shape)} for o in model.graph.outputs]
+    if mlmodel is not None:
+        description = mlmodel.get_spec().description
+        probs = description.predictedProbabilitiesName
+        present = {o.name for o in description.output}
+        missing = [o for o in outputs if o["mil"] not in present]
+        if probs and len(missing) == 1:
+            missing[0]["mil"] = probs
     return {"inputs": inputs, "outputs": outputs}
 
 
@@ -238,7 +249,12 @@ class CoreMLRunner(Runner):
         outs = self.inner.run(mil_feeds)
         result = {}
         for o in self.io["outputs"]:
-            value = _restore(np.asarray(outs[o["mil"]]), o["dtype"])
+            raw = outs[o["mil"]]
+            if isinstance(raw, dict):  # a classifier's probabilities, {label: p} in class order
+                raw = np.array(list(raw.values()), dtype=np.float32)
+                if o.get("rank"):
+                    raw = raw.reshape((1,) * (o["rank"] - 1) + (-1,))
+            value = _restore(np.asarray(raw), o["dtype"])
             result[o["onnx"]] = value.reshape(()) if o.get("rank") == 0 and value.size == 1 else value
         return result
 

@@ -77,7 +77,10 @@ class _Evaluator:
     def run_op(self, op: Any) -> None:
         if op.op_type in _CONST_OPS:
             for var in op.outputs:
-                self.values[id(var)] = to_numpy(var.val, var.dtype)
+                if mil_types().is_list(var.sym_type):  # e.g. a classifier's class labels
+                    self.values[id(var)] = list(var.val)
+                else:
+                    self.values[id(var)] = to_numpy(var.val, var.dtype)
             return
         fn = KERNELS.get(op.op_type, None)
         if fn is None:  # evaluate() checks first; this guards direct run_block use
@@ -132,8 +135,8 @@ def _conform(value: Any, var: Any, op: Any) -> Any:
     """Cast a kernel result to the var's declared dtype; check its shape when the shape is static."""
     types = mil_types()
 
-    if isinstance(value, (str, list)) or types.is_list(var.sym_type):
-        return value
+    if isinstance(value, (str, list, dict)) or types.is_list(var.sym_type):
+        return value  # strings, lists and a classifier's {label: probability} dict
     if types.is_state(var.sym_type) if hasattr(types, "is_state") else False:
         return value
     array = np.asarray(value)

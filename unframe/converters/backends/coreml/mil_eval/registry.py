@@ -18,7 +18,7 @@ KernelFn = Callable[..., Any]
 _FAMILIES = (
     "elementwise", "activation", "reduction", "conv", "pool", "normalization", "linear",
     "tensor_operation", "tensor_transformation", "scatter_gather", "image_resizing",
-    "recurrent", "control_flow", "constexpr", "quantization", "transformers",
+    "recurrent", "control_flow", "constexpr", "quantization", "transformers", "classify",
 )
 
 KERNELS: Registry[KernelFn] = Registry(
