@@ -4,8 +4,7 @@ input signature, same opset). Prints time and peak-memory ratios; ``run(quick)``
 
 ``unframe_s`` includes the frontend's per-route self-check (one TensorFlow run and one
 onnxruntime session on one feed, so that a bad route can fall back); ``nocheck_ratio`` is the
-same call with ``self_check=False`` (what ``validate=False`` gives once the pipeline passes it to
-the frontend).
+same call with ``self_check=False``, which is what ``validate=False`` alone gives.
 
 Time is the wall time of the call (median of the repetitions, in one process after a warm-up).
 Peak memory is measured in a fresh process per (model, tool): the peak resident set size during the
@@ -19,13 +18,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
-import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import benchlib  # noqa: E402
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "converters" / "frontends"))
@@ -33,15 +32,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "converte
 QUICK = ["small_cnn", "causal_conv1d", "two_io"]
 FULL = ["small_cnn", "tiny_mobilenet", "mobilenet_v2", "text_rnn", "causal_conv1d", "attention",
         "two_io"]
-
-
-def _time(fn: Callable[[], Any], reps: int) -> float:
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def _peak_child(name: str, tool: str, queue: Any) -> None:
@@ -55,39 +45,7 @@ def _peak_child(name: str, tool: str, queue: Any) -> None:
     call = _bare(builders[name]) if tool == "bare" else _unframe(builders[name])
     _bare(builders["two_io"])()  # warm-up (imports, TF graph machinery), as in the timing runs
     _unframe(builders["two_io"])()
-    peak = [_rss()]
-    start = peak[0]
-    done = threading.Event()
-
-    def sample() -> None:
-        while not done.is_set():
-            peak[0] = max(peak[0], _rss())
-            time.sleep(0.002)
-
-    thread = threading.Thread(target=sample, daemon=True)
-    thread.start()
-    call()
-    done.set()
-    thread.join()
-    queue.put((max(peak[0], _rss()) - start) / 2**20)
-
-
-def _rss() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
-def _peak_mib(name: str, tool: str) -> float:
-    """Peak RSS growth of one call, in a fresh process (ru_maxrss only ever grows)."""
-    import multiprocessing as mp
-
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    proc = ctx.Process(target=_peak_child, args=(name, tool, queue))
-    proc.start()
-    value = queue.get(timeout=900)
-    proc.join()
-    return float(value)
+    queue.put(benchlib.peak_growth_mib(call))
 
 
 def _bare(builder: Callable[[int], Any]) -> Callable[[], Any]:
@@ -122,10 +80,11 @@ def run(quick: bool) -> list[dict]:
     _unframe(builders["two_io"])()
     rows = []
     for name in names:
-        bare_t = _time(_bare(builders[name]), reps)
-        uf_t = _time(_unframe(builders[name]), reps)
-        nocheck_t = _time(_unframe(builders[name], self_check=False), reps)
-        bare_m, uf_m = _peak_mib(name, "bare"), _peak_mib(name, "unframe")
+        bare_t = benchlib.median_time(_bare(builders[name]), reps)
+        uf_t = benchlib.median_time(_unframe(builders[name]), reps)
+        nocheck_t = benchlib.median_time(_unframe(builders[name], self_check=False), reps)
+        bare_m = benchlib.in_fresh_process(_peak_child, name, "bare")
+        uf_m = benchlib.in_fresh_process(_peak_child, name, "unframe")
         rows.append({"model": name, "tf2onnx_s": bare_t, "unframe_s": uf_t,
                      "time_ratio": uf_t / bare_t, "nocheck_ratio": nocheck_t / bare_t,
                      "tf2onnx_MiB": bare_m, "unframe_MiB": uf_m})
@@ -136,11 +95,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--quick", action="store_true")
     args = ap.parse_args()
-    rows = run(args.quick)
-    keys = list(rows[0])
-    print("  ".join(f"{k:>14}" for k in keys))
-    for r in rows:
-        print("  ".join(f"{v:>14.3f}" if isinstance(v, float) else f"{v:>14}" for v in r.values()))
+    benchlib.print_rows(run(args.quick), width=14)
 
 
 if __name__ == "__main__":

@@ -19,14 +19,13 @@ minus RSS before it, after imports and a warm-up.
 from __future__ import annotations
 
 import argparse
-import os
-import statistics
 import sys
-import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import benchlib  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "converters" / "frontends"))
 
@@ -91,20 +90,6 @@ def _unframe(name: str) -> Callable[[], Any]:
     return call
 
 
-def _time(fn: Callable[[], Any], reps: int) -> float:
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
-def _rss() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
 def _peak_child(name: str, tool: str, queue: Any) -> None:
     import logging
     import warnings
@@ -116,33 +101,7 @@ def _peak_child(name: str, tool: str, queue: Any) -> None:
     # pipeline, onnxruntime) and the torchlib table are not the call's own memory.
     _bare("two_inputs", cached=True)()
     _unframe("two_inputs")()
-    start = _rss()
-    peak = [start]
-    done = threading.Event()
-
-    def sample() -> None:
-        while not done.is_set():
-            peak[0] = max(peak[0], _rss())
-            time.sleep(0.002)
-
-    thread = threading.Thread(target=sample, daemon=True)
-    thread.start()
-    call()
-    done.set()
-    thread.join()
-    queue.put((max(peak[0], _rss()) - start) / 2**20)
-
-
-def _peak_mib(name: str, tool: str) -> float:
-    import multiprocessing as mp
-
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    proc = ctx.Process(target=_peak_child, args=(name, tool, queue))
-    proc.start()
-    value = queue.get(timeout=900)
-    proc.join()
-    return float(value)
+    queue.put(benchlib.peak_growth_mib(call))
 
 
 def run(quick: bool) -> list[dict]:
@@ -157,10 +116,11 @@ def run(quick: bool) -> list[dict]:
     _unframe("two_inputs")()
     rows = []
     for name in names:
-        bare_t = _time(_bare(name), reps)
-        cached_t = _time(_bare(name, cached=True), reps)
-        uf_t = _time(_unframe(name), reps)
-        bare_m, uf_m = _peak_mib(name, "bare"), _peak_mib(name, "unframe")
+        bare_t = benchlib.median_time(_bare(name), reps)
+        cached_t = benchlib.median_time(_bare(name, cached=True), reps)
+        uf_t = benchlib.median_time(_unframe(name), reps)
+        bare_m = benchlib.in_fresh_process(_peak_child, name, "bare")
+        uf_m = benchlib.in_fresh_process(_peak_child, name, "unframe")
         rows.append({"model": name, "bare_s": bare_t, "bare_cached_s": cached_t, "unframe_s": uf_t,
                      "time_ratio": uf_t / bare_t, "ratio_vs_cached": uf_t / cached_t,
                      "bare_MiB": bare_m, "unframe_MiB": uf_m,
@@ -172,11 +132,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--quick", action="store_true")
     args = ap.parse_args()
-    rows = run(args.quick)
-    keys = list(rows[0])
-    print("  ".join(f"{k:>15}" for k in keys))
-    for r in rows:
-        print("  ".join(f"{v:>15.3f}" if isinstance(v, float) else f"{v:>15}" for v in r.values()))
+    benchlib.print_rows(run(args.quick), width=15)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,69 @@
+"""Measuring helpers shared by the bench scripts: median wall time, peak resident-memory growth of
+one call in a fresh process, and a plain-text table."""
+
+from __future__ import annotations
+
+import os
+import statistics
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+
+def median_time(fn: Callable[[], Any], reps: int) -> float:
+    """Median wall time of ``reps`` calls of ``fn``."""
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def peak_growth_mib(call: Callable[[], Any]) -> float:
+    """Peak resident set size during ``call()`` minus the size before it (sampled every 2 ms), so
+    C++ allocations count too. Run it in a fresh process after a warm-up: ru_maxrss only grows."""
+    start = rss_bytes()
+    peak = [start]
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            peak[0] = max(peak[0], rss_bytes())
+            time.sleep(0.002)
+
+    thread = threading.Thread(target=sample, daemon=True)
+    thread.start()
+    try:
+        call()
+    finally:
+        done.set()
+        thread.join()
+    return (max(peak[0], rss_bytes()) - start) / 2**20
+
+
+def in_fresh_process(child: Callable[..., None], *args: Any, timeout: float = 900) -> float:
+    """Run ``child(*args, queue)`` in a spawned process and return the number it puts on the queue."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    proc = ctx.Process(target=child, args=(*args, queue))
+    proc.start()
+    value = queue.get(timeout=timeout)
+    proc.join()
+    return float(value)
+
+
+def print_rows(rows: list[dict], width: int = 15) -> None:
+    """Rows of one dict each, as right-aligned columns."""
+    keys = list(rows[0])
+    print("  ".join(f"{k:>{width}}" for k in keys))
+    for r in rows:
+        print("  ".join(f"{v:>{width}.3f}" if isinstance(v, float) else f"{v:>{width}}" for v in r.values()))
