@@ -152,6 +152,8 @@ def _console() -> Any:
 @click.option("--precision", type=click.Choice(["fp32", "fp16", "bf16"]), help="coreml/tensorrt: compute precision.")
 @click.option("--target", "deploy_target", metavar="iOS16|iOS17|...", help="coreml: minimum deployment target.")
 @click.option("--dim", "dims", multiple=True, metavar="NAME:MIN:MAX", help="coreml: range of a dynamic dim.")
+@click.option("--enumerated", multiple=True, metavar="NAME:SHAPE,SHAPE",
+              help="coreml: the only shapes an input takes, e.g. x:1x3x224x224,1x3x320x320.")
 @click.option("--image-input", help="coreml: treat this input as an image.")
 @click.option("--scale", type=float, help="coreml: image scale.")
 @click.option("--bias", help="coreml: image bias, comma-separated per channel.")

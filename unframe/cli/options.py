@@ -66,6 +66,22 @@ def dim_range(text: str) -> tuple[str, int, int]:
     return parts[0], int(parts[1]), int(parts[2])
 
 
+def enumerated(values: tuple[str, ...]) -> dict[str, list[tuple[int, ...]]]:
+    """``--enumerated NAME:SHAPE,SHAPE...`` (repeatable), e.g. ``x:1x3x224x224,1x3x320x320``."""
+    out: dict[str, list[tuple[int, ...]]] = {}
+    for text in values:
+        name, _, shapes = text.rpartition(":")
+        try:
+            parsed = [tuple(int(d) for d in s.split("x")) for s in shapes.split(",")]
+        except ValueError:
+            parsed = []
+        if not name or not parsed or any(d <= 0 for s in parsed for d in s):
+            raise UsageError(f"bad --enumerated {text!r}",
+                             "use --enumerated NAME:SHAPE,SHAPE with shapes like 1x3x224x224")
+        out.setdefault(name, []).extend(parsed)
+    return out
+
+
 def size(text: str) -> int:
     m = _SIZE.match(text)
     if not m or (m.group(2) or "").lower() not in _UNITS:
@@ -83,6 +99,8 @@ def stage_options(raw: dict[str, Any]) -> dict[str, Any]:
             out["target"] = value
         elif key == "dims":
             out["dims"] = [dim_range(v) for v in value]
+        elif key == "enumerated":
+            out["enumerated"] = enumerated(value)
         elif key == "shapes":
             out["shapes"] = [profile(v) for v in value]
         elif key == "workspace":

@@ -185,3 +185,32 @@ def test_integer_division_of_constants_truncates(tmp_path: Path) -> None:
     feeds = [{"x": np.arange(3, dtype=np.float32)}]
     _, parity = convert_and_compare(model, feeds, tmp_path, precision="fp32")
     assert parity, parity.reason
+
+
+@pytest.mark.usefixtures("coreml")
+def test_enumerated_shapes_from_the_cli(tmp_path: Path) -> None:
+    import coremltools as ct
+    from click.testing import CliRunner
+
+    from unframe.cli.main import cli
+
+    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((4, 3, 3, 3)).astype(np.float32), "W")
+    graph = helper.make_graph([helper.make_node("Conv", ["x", "W"], ["y"], pads=[1, 1, 1, 1])], "g",
+                              [_vi("x", [1, 3, "H", "W"])], [_vi("y", [1, 4, "H", "W"])], [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    src = tmp_path / "conv.onnx"
+    onnx.save(model, src)
+    np.savez(tmp_path / "x.npz", x=np.random.default_rng(1).standard_normal((1, 3, 24, 24)).astype(np.float32))
+    out = tmp_path / "conv.mlpackage"
+    res = CliRunner().invoke(cli, ["convert", str(src), "--to", "coreml", "-o", str(out), "--json",
+                                   "--enumerated", "x:1x3x16x16,1x3x24x24", "--sample-inputs", str(tmp_path / "x.npz")])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["parity"]["passed"]
+    spec = ct.models.MLModel(str(out), skip_model_load=True).get_spec()
+    shapes = [tuple(s.shape) for s in spec.description.input[0].type.multiArrayType.enumeratedShapes.shapes]
+    assert sorted(shapes) == [(1, 3, 16, 16), (1, 3, 24, 24)]
+    bad = CliRunner().invoke(cli, ["convert", str(src), "--to", "coreml", "-o", str(tmp_path / "b.mlpackage"),
+                                   "--enumerated", "x:1x3xHx16"])
+    assert bad.exit_code == 2 and "--enumerated" in bad.stderr
+    assert not (tmp_path / "b.mlpackage").exists()
