@@ -72,13 +72,14 @@ class ConversionResult:
 class CheckResult:
     route: Route
     blockers: list[Blocker]
+    notes: list[str] = field(default_factory=list)  # e.g. where a live parser disagrees
 
     def __bool__(self) -> bool:
         return not self.blockers
 
     def to_dict(self) -> dict[str, Any]:
         return {"ok": not self.blockers, "route": self.route.to_dict(),
-                "blockers": [b.to_dict() for b in self.blockers]}
+                "blockers": [b.to_dict() for b in self.blockers], "notes": self.notes}
 
 
 # -------------------------------------------------------------------------- public API -------
@@ -156,9 +157,11 @@ def check(source: Any, *, from_: str | None = None, to: str = "onnx", opset: int
         if not blockers:
             model = _copy(model)
             version_converter.convert_opset(model, route.target_opset)
+    notes: list[str] = []
     if not blockers:
         blockers = be.check(model, tgt)
-    return CheckResult(route, blockers)
+        notes = be.check_notes(model, tgt)
+    return CheckResult(route, blockers, notes)
 
 
 def convert_opset(model: Any, opset: int, *, output: str | os.PathLike[str] | None = None,

@@ -274,11 +274,13 @@ def check(model: str, from_: str | None, to: str, opset: int | None, deploy_targ
     else:
         con = _console()
         if result:
-            con.print(f"ok: {to} can take {model}", markup=False)
+            con.print(f"ok: {to} can take {model}", markup=False, soft_wrap=True)
         else:
             con.print(f"{len(result.blockers)} blocker(s) for {to}:", markup=False)
             for b in result.blockers:
                 con.print(f"  - {b}", markup=False)
+        for note in result.notes:
+            con.print(note, markup=False, soft_wrap=True)
     sys.exit(0 if result else 4)
 
 

@@ -203,6 +203,11 @@ class Backend(_Component):
     def check(self, model: ir.Model, target: Target) -> list[Blocker]:
         """Every reason the target can't take the model, all at once, without converting."""
 
+    def check_notes(self, model: ir.Model, target: Target) -> list[str]:
+        """Lines for `unframe check` beyond the blockers, about the last ``check`` of ``model``
+        (e.g. where a support table and a live parser disagree). None by default."""
+        return []
+
     @abstractmethod
     def convert(self, model: ir.Model, target: Target, workdir: Path) -> Artifact:
         """Build the artifact. Backends that must check the written file (CoreML) write it

@@ -3,11 +3,14 @@ with each statically checkable restriction of the parser's table."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
 
 import numpy as np
+import onnx
+import onnx_ir as ir
 import pytest
 from onnx import TensorProto, helper
 from trt_models import F, cnn_model, const, make_model, vi
@@ -285,6 +288,32 @@ def test_parser_disagreements_are_reported():
                       [vi("y", None)])
     report = check_report(unique)
     assert [b.node for b in report.blockers] == ["u"] and report.disagreements == []
+    # A dtype both refuse, the parser for the whole model: agreement, not a disagreement.
+    u32 = one_node(helper.make_node("Add", ["a", "b"], ["c"], name="add"),
+                   [vi("a", [2], TensorProto.UINT32), vi("b", [2], TensorProto.UINT32)],
+                   [vi("c", [2], TensorProto.UINT32)])
+    report = check_report(u32)
+    assert report.blockers and report.disagreements == []
+
+
+def test_check_command_reports_the_parser_comparison(tmp_path):
+    """`unframe check --to tensorrt` prints whether the live parser agrees with pre-flight."""
+    from click.testing import CliRunner
+    from trt_models import trt_or_skip
+
+    from unframe.cli.main import cli
+
+    trt_or_skip()
+    node = helper.make_node("TopK", ["x", "k"], ["v", "i"], sorted=0, name="topk")
+    model = one_node(node, [vi("x", [8])], [vi("v", None), vi("i", None, I64)],
+                     [const("k", np.array([2], np.int64))])
+    path = tmp_path / "topk.onnx"
+    onnx.save(ir.to_proto(model), path)
+    res = CliRunner().invoke(cli, ["check", str(path), "--to", "tensorrt", "--json"])
+    data = json.loads(res.stdout)
+    assert data["notes"] and "parser" in data["notes"][0]
+    agree = preflight.parser_verdict(model).supported is False
+    assert ("agree" in data["notes"][0] and "disagree" not in data["notes"][0]) == agree
 
 
 @pytest.mark.parametrize("dtype", [F])

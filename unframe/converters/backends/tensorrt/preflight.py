@@ -557,9 +557,9 @@ def disagreements(model: ir.Model, blockers: list[Blocker],
     lines: list[str] = []
     for index, message in sorted(verdict.failed_nodes.items()):
         node = nodes[index] if 0 <= index < len(nodes) else None
-        if node is None:
-            lines.append(f"parser refuses the model ({message}) where pre-flight found no blocker"
-                         if not blockers else f"parser: {message}")
+        if node is None:  # refused as a whole (e.g. a dtype it can't convert)
+            if not blockers:  # pre-flight refusing anything counts as agreeing
+                lines.append(f"parser refuses the model ({message}) where pre-flight found no blocker")
             continue
         if (node.name and node.name in table_nodes) or (not node.name and node.op_type in table_ops):
             continue
