@@ -38,7 +38,7 @@ class SklearnFrontend(Frontend):
     option_names = ("zipmap", "precision", "float_precision")
 
     def distributions(self) -> tuple[str, ...]:
-        return ("scikit-learn", "skl2onnx", "skops", "onnxmltools", "xgboost", "lightgbm")
+        return ("scikit-learn", "skl2onnx", "skops", "onnxmltools", "xgboost", "xgboost-cpu", "lightgbm")
 
     def default_opset(self) -> int:
         return min(DEFAULT_OPSET, _max_opset())
