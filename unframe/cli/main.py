@@ -122,7 +122,8 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Machine-read
 def _console() -> Any:
     from rich.console import Console
 
-    return Console(stderr=False, highlight=False)
+    # soft wrap: lines (routes, parity figures, paths) are never broken mid-phrase in logs
+    return Console(stderr=False, highlight=False, soft_wrap=True)
 
 
 # --------------------------------------------------------------------------------- convert --
