@@ -65,17 +65,25 @@ def infer_types(model: ir.Model, values: list[ir.Value]) -> None:
         return
     found: dict[str, onnx.TypeProto] = {}
     _collect(inferred.graph, found)
+    # big models repeat the same few types: each distinct TypeProto is deserialized once (the type
+    # object is shared, as onnx-ir types are not mutated in place; every value gets its own shape)
+    seen: dict[bytes, tuple[ir.TypeProtocol | None, ir.Shape | None]] = {}
     for value in values:
         if value.type is None and value.name and value.name in found:
-            _apply(value, found[value.name])
+            type_proto = found[value.name]
+            key = type_proto.SerializeToString()
+            if key not in seen:
+                seen[key] = _deserialize(type_proto)
+            type_, shape = seen[key]
+            value.type, value.shape = type_, (shape.copy() if shape is not None else None)
 
 
-def _apply(value: ir.Value, type_proto: onnx.TypeProto) -> None:
+def _deserialize(type_proto: onnx.TypeProto) -> tuple[ir.TypeProtocol | None, ir.Shape | None]:
     try:
-        value.type = ir.serde.deserialize_type_proto_for_type(type_proto)
-        value.shape = ir.serde.deserialize_type_proto_for_shape(type_proto)
+        return (ir.serde.deserialize_type_proto_for_type(type_proto),
+                ir.serde.deserialize_type_proto_for_shape(type_proto))
     except Exception:  # a type onnx-ir can't express: leave it unknown
-        value.type, value.shape = None, None
+        return None, None
 
 
 def checker_error(model: ir.Model) -> str:

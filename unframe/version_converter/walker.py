@@ -40,6 +40,11 @@ def _schema_since(op: str, version: int, domain: str) -> onnx.defs.OpSchema | No
     return schema if schema.since_version == version else None
 
 
+# the schema facts are looked up once per (op, opset) instead of once per node and step
+_since_version_at = functools.cache(facts.since_version_at)
+_schema_at = functools.cache(facts.schema_at)
+
+
 class Walker:
     def __init__(self, targets: dict[str, int]) -> None:
         self.targets = targets  # domain -> target opset
@@ -96,7 +101,7 @@ class Walker:
             return True
         target = self.targets[domain]
         current = self._opset[id(node)]
-        if facts.since_version_at(node.op_type, max(current, 1), domain) is None:
+        if _since_version_at(node.op_type, max(current, 1), domain) is None:
             self._block(node, f"not a known {domain or 'ai.onnx'} op at opset {current}")
             return True
         changed = False
@@ -111,8 +116,8 @@ class Walker:
                     self.fired[f"expand:{node.op_type}"] += 1
                     self.nodes_changed += 1
                     return False
-                old = _schema_since(node.op_type, frm, domain) if frm > to else facts.schema_at(node.op_type, frm, domain)
-                new = _schema_since(node.op_type, to, domain) if to > frm else facts.schema_at(node.op_type, to, domain)
+                old = _schema_since(node.op_type, frm, domain) if frm > to else _schema_at(node.op_type, frm, domain)
+                new = _schema_since(node.op_type, to, domain) if to > frm else _schema_at(node.op_type, to, domain)
                 if self._step(node, domain, frm, to, old, new):
                     self.nodes_changed += 1
                     return False
