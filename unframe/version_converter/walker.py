@@ -58,6 +58,7 @@ class Walker:
         self._seen_graphs: set[int] = set()
         self._adapters = adapter_table()
         self._plans: dict[tuple[str, str, int, int], list[tuple[str, int, int]]] = {}
+        self._resolved_plans: dict[tuple[str, str, int, int], list[tuple[Any, ...]]] = {}
 
     def find_adapter(self, domain: str, op: str, frm: int, to: int) -> Any:
         return self._adapters.get(AdapterKey(domain, op, frm, to))
@@ -106,19 +107,16 @@ class Walker:
             return True
         changed = False
         try:
-            for kind, frm, to in self._plan(node.op_type, domain, current, target):
+            for kind, frm, to, old, new, fn in self._resolved(node.op_type, domain, current, target):
                 changed = True
                 if kind == "expand":
-                    schema = _schema_since(node.op_type, frm, domain)
-                    assert schema is not None
-                    expand(node, schema, self)
+                    assert old is not None
+                    expand(node, old, self)
                     self.expanded.append(node.op_type)
                     self.fired[f"expand:{node.op_type}"] += 1
                     self.nodes_changed += 1
                     return False
-                old = _schema_since(node.op_type, frm, domain) if frm > to else _schema_at(node.op_type, frm, domain)
-                new = _schema_since(node.op_type, to, domain) if to > frm else _schema_at(node.op_type, to, domain)
-                if self._step(node, domain, frm, to, old, new):
+                if self._step(node, domain, frm, to, old, new, fn):
                     self.nodes_changed += 1
                     return False
         except Refused as exc:
@@ -127,6 +125,24 @@ class Walker:
         self._opset[id(node)] = target
         self.nodes_changed += int(changed)
         return True
+
+    def _resolved(self, op: str, domain: str, current: int, target: int) -> list[tuple[Any, ...]]:
+        """The plan with each step's schemas and adapter looked up once: (kind, from, to, old schema,
+        new schema, adapter or None); for "expand", old is the schema whose function body is used."""
+        key = (op, domain, current, target)
+        resolved = self._resolved_plans.get(key)
+        if resolved is not None:
+            return resolved
+        resolved = []
+        for kind, frm, to in self._plan(op, domain, current, target):
+            if kind == "expand":
+                resolved.append((kind, frm, to, _schema_since(op, frm, domain), None, None))
+                continue
+            old = _schema_since(op, frm, domain) if frm > to else _schema_at(op, frm, domain)
+            new = _schema_since(op, to, domain) if to > frm else _schema_at(op, to, domain)
+            resolved.append((kind, frm, to, old, new, self.find_adapter(domain, op, frm, to)))
+        self._resolved_plans[key] = resolved
+        return resolved
 
     def _plan(self, op: str, domain: str, current: int, target: int) -> list[tuple[str, int, int]]:
         """The steps from ``current`` to ``target``: ("step", from, to) where the schema changes, or a
@@ -153,9 +169,8 @@ class Walker:
         self._plans[key] = plan
         return plan
 
-    def _step(self, node: ir.Node, domain: str, frm: int, to: int, old: Any, new: Any) -> bool:
+    def _step(self, node: ir.Node, domain: str, frm: int, to: int, old: Any, new: Any, fn: Any) -> bool:
         step = Step(self, node, domain, frm, to, old, new)
-        fn = self.find_adapter(domain, node.op_type, frm, to)
         if fn is not None:
             fn(node, step)
             self.fired[str(AdapterKey(domain, node.op_type, frm, to))] += 1
