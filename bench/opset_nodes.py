@@ -8,12 +8,19 @@ but invalid or not runnable) / wrong (ran and gave different numbers).
     python bench/opset_nodes.py -j 2            # full run (~1,900 cases x 11 targets)
     python bench/opset_nodes.py --quick         # every 6th case, 5 targets
     python bench/opset_nodes.py --write docs/benchmarks/version_converter.md
+    python bench/opset_nodes.py --frozen --write ...   # the exporter-like variant (see below)
+
+``--frozen``: many node cases feed axes, pads, scales, k, min/max... from graph inputs, which no
+older opset can take (they were attributes then), while exporters emit them as constants. With
+``--frozen`` only such cases run, each such graph input replaced by an initializer holding the
+first data set's value (and only that data set checked), for both converters alike.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import dataclasses
 import datetime
 import json
 import multiprocessing
@@ -30,6 +37,45 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 RANDOM_OPS = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Bernoulli",
               "Multinomial"}
 CASES: list[Any] = []
+# formal input names that were attributes at some older opset (or must be constant for a rewrite)
+FROZEN_INPUTS = {"axes", "pads", "split", "scales", "sizes", "K", "k", "min", "max", "starts", "ends",
+                 "steps", "shape", "repeats", "constant_value", "roi", "ratio", "axis", "value",
+                 "depth", "dft_length", "training_mode", "num_outputs"}
+FROZEN = False
+
+
+def freeze_case(case: Any) -> Any:
+    """The case with every graph input that feeds a FROZEN_INPUTS slot turned into an initializer
+    holding the first data set's value; None when nothing is frozen."""
+    import onnx
+    from onnx import numpy_helper
+
+    model = case.model
+    names = [i.name for i in model.graph.input]
+    targets = set()
+    for node in model.graph.node:
+        try:
+            schema = onnx.defs.get_schema(node.op_type, _source_opset(model), node.domain or "")
+        except Exception:
+            continue
+        formal = [p.name for p in schema.inputs]
+        for k, name in enumerate(node.input):
+            slot = formal[min(k, len(formal) - 1)] if formal else ""
+            if name in names and slot in FROZEN_INPUTS:
+                targets.add(name)
+    if not targets or not case.data_sets:
+        return None
+    first_inputs, first_outputs = case.data_sets[0]
+    frozen = onnx.ModelProto()
+    frozen.CopyFrom(model)
+    keep = [k for k, n in enumerate(names) if n not in targets]
+    for k, n in enumerate(names):
+        if n in targets:
+            frozen.graph.initializer.append(numpy_helper.from_array(np.asarray(first_inputs[k]), n))
+    kept = [frozen.graph.input[k] for k in keep]
+    del frozen.graph.input[:]
+    frozen.graph.input.extend(kept)
+    return dataclasses.replace(case, model=frozen, data_sets=[([first_inputs[k] for k in keep], first_outputs)])
 
 
 def targets_for(quick: bool) -> list[int]:
@@ -182,6 +228,10 @@ def run_case(args: tuple[int, list[int]]) -> list[dict[str, Any]]:
     index, targets = args
 
     case = CASES[index]
+    if FROZEN:
+        case = freeze_case(case)
+        if case is None:
+            return []
     started = time.time()
     try:
         return _run_case(case, targets)
@@ -267,7 +317,11 @@ def main() -> None:
     parser.add_argument("--filter", default="", help="only cases whose name contains this")
     parser.add_argument("--json", type=Path, help="write every row here")
     parser.add_argument("--write", type=Path, help="write the markdown table into this file's node section")
+    parser.add_argument("--frozen", action="store_true",
+                        help="only cases with axes/pads/scales/... inputs, those frozen to constants")
     args = parser.parse_args()
+    global FROZEN
+    FROZEN = args.frozen
 
     import onnx
     import onnxruntime
@@ -302,14 +356,19 @@ def main() -> None:
     if args.json:
         args.json.write_text(json.dumps(rows))
     if args.write:
-        header = (f"## Node suite ({datetime.date.today()}, onnx {onnx.__version__}, onnxruntime "
+        title = "Node suite, inputs frozen as exporters emit them" if args.frozen else "Node suite"
+        header = (f"## {title} ({datetime.date.today()}, onnx {onnx.__version__}, onnxruntime "
                   f"{onnxruntime.__version__}{', quick' if args.quick else ''})\n\n"
-                  f"`python bench/opset_nodes.py -j {args.jobs}{' --quick' if args.quick else ''}`: "
+                  f"`python bench/opset_nodes.py -j {args.jobs}{' --quick' if args.quick else ''}"
+                  f"{' --frozen' if args.frozen else ''}`: "
+                  + ("only the cases that feed axes/pads/scales/k/min/max/... from graph inputs, those "
+                     "inputs frozen to initializers holding the first data set's value, for both "
+                     "converters; " if args.frozen else "") +
                   f"{len(indices)} cases, {len(rows)} (case, target) pairs, random-op cases excluded, "
                   f"cases that neither runtime runs correctly at their own opset excluded. "
                   f"'eligible' = every ai.onnx op of the case exists at the target. failed = converted "
                   f"but invalid (checker) or not runnable. wrong = ran with different numbers.\n\n")
-        write_section(args.write, "node", header + table + "\n")
+        write_section(args.write, "node_frozen" if args.frozen else "node", header + table + "\n")
 
 
 def write_section(path: Path, key: str, text: str) -> None:
