@@ -82,8 +82,8 @@ def check_types(node: ir.Node, schema: OpSchema) -> list[str]:
             if ts is None or allowed is None:
                 continue
             if ts not in allowed:
-                problems.append(f"{kind} {i} has type {ts}, not allowed at opset {schema.since_version} "
-                                f"(allowed: {', '.join(sorted(allowed))})")
+                problems.append(f"{kind} {i} has type {ts}, which {schema.name}-{schema.since_version} "
+                                f"does not allow (allowed: {', '.join(sorted(allowed))})")
     return problems
 
 
