@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import resource
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -28,6 +27,8 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import benchlib  # noqa: E402
 
 
 def _resnet_like() -> Any:
@@ -107,14 +108,6 @@ def _sklearn(folder: Path) -> Path:
     return path
 
 
-def _median(fn: Any, repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
-
 
 def time_pair(path: Path, target: int, repeat: int) -> dict[str, Any]:
     import onnx
@@ -146,7 +139,7 @@ def time_pair(path: Path, target: int, repeat: int) -> dict[str, Any]:
     for key, fn in (("unframe_s", unframe_convert), ("onnx_s", onnx_convert),
                     ("unframe_e2e_s", unframe_e2e), ("onnx_e2e_s", onnx_e2e)):
         try:
-            row[key] = _median(fn, repeat)
+            row[key] = benchlib.median_time(fn, repeat)
         except Exception as exc:
             row[key] = None
             row[key + "_error"] = f"{type(exc).__name__}: {str(exc)[:120]}"
