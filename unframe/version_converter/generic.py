@@ -133,6 +133,11 @@ def generic_step(node: ir.Node, step: Step, *, semantics_handled: bool = False) 
     if isinstance(negative, str):
         problems.append(negative)
     if problems:
+        if all(" has type " in p for p in problems) and not droppable:
+            from unframe.version_converter.widen import widen
+
+            if widen(node, step):  # computed in an exactly wider type instead
+                return
         step.refuse("; ".join(problems))
     for name in droppable:
         node.attributes.pop(name)
