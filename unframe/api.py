@@ -159,8 +159,7 @@ def check(source: Any, *, from_: str | None = None, to: str = "onnx", opset: int
             version_converter.convert_opset(model, route.target_opset)
     notes: list[str] = []
     if not blockers:
-        blockers = be.check(model, tgt)
-        notes = be.check_notes(model, tgt)
+        blockers, notes = be.check_with_notes(model, tgt)
     return CheckResult(route, blockers, notes)
 
 

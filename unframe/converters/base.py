@@ -203,10 +203,10 @@ class Backend(_Component):
     def check(self, model: ir.Model, target: Target) -> list[Blocker]:
         """Every reason the target can't take the model, all at once, without converting."""
 
-    def check_notes(self, model: ir.Model, target: Target) -> list[str]:
-        """Lines for `unframe check` beyond the blockers, about the last ``check`` of ``model``
-        (e.g. where a support table and a live parser disagree). None by default."""
-        return []
+    def check_with_notes(self, model: ir.Model, target: Target) -> tuple[list[Blocker], list[str]]:
+        """``check`` plus lines for `unframe check` beyond the blockers (e.g. where a support
+        table and a live parser disagree). No notes by default."""
+        return self.check(model, target), []
 
     @abstractmethod
     def convert(self, model: ir.Model, target: Target, workdir: Path) -> Artifact:

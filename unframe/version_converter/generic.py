@@ -133,7 +133,8 @@ def generic_step(node: ir.Node, step: Step, *, semantics_handled: bool = False) 
     if isinstance(negative, str):
         problems.append(negative)
     if problems:
-        if all(" has type " in p for p in problems) and not droppable:
+        if not droppable and len(check_types(node, step.to_schema)) == len(problems):
+            # dtypes are the only problems: an exact wider type may do
             from unframe.version_converter.widen import widen
 
             if widen(node, step):  # computed in an exactly wider type instead

@@ -54,17 +54,6 @@ def _cast_allows(opset: int, *dtypes: ir.DataType) -> bool:
     return all(_type_str(d) in allowed for d in dtypes)
 
 
-def _allowed_inputs(step: Step) -> set[str]:
-    schema = step.to_schema
-    param = schema.inputs[0] if schema is not None and schema.inputs else None
-    if param is None:
-        return set()
-    for tc in schema.type_constraints:
-        if tc.type_param_str == param.type_str:
-            return set(tc.allowed_type_strs)
-    return set()
-
-
 def widen(node: ir.Node, step: Step) -> bool:
     """Rewrite ``node`` to compute in a wider type at ``step.to_version``; False when no exact
     widening applies (the caller then refuses)."""
@@ -75,7 +64,9 @@ def widen(node: ir.Node, step: Step) -> bool:
     if len(dtypes) != 1 or any(v is None for v in inputs):
         return False
     (dtype,) = dtypes
-    allowed = _allowed_inputs(step)
+    from unframe.version_converter.generic import _allowed
+
+    allowed = _allowed(step.to_schema, step.to_schema.inputs, 0) or frozenset()
     final = int(step.walker.targets.get("", step.to_version))
     wide = next((w for w in _EXACT.get(dtype, ()) if _type_str(w) in allowed
                  and _cast_allows(min(final, step.to_version), dtype, w)), None)

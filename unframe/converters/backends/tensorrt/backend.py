@@ -119,24 +119,21 @@ class TensorRTBackend(Backend):
 
     # -- check --------------------------------------------------------------------------------
     def check(self, model: ir.Model, target: Target) -> list[Blocker]:
+        return self.check_with_notes(model, target)[0]
+
+    def check_with_notes(self, model: ir.Model, target: Target) -> tuple[list[Blocker], list[str]]:
         precision = target.get("precision", "fp32")
         report = check_report(model)
-        self._last_report = (id(model), report)
         blockers = list(report.blockers)
         if precision not in PRECISIONS:
             blockers.append(Blocker("*", f"precision {precision!r} is not one of "
                                          f"{', '.join(PRECISIONS)}"))
-        return blockers
-
-    def check_notes(self, model: ir.Model, target: Target) -> list[str]:
-        last = getattr(self, "_last_report", None)
-        if last is None or last[0] != id(model) or last[1].parser is None:
-            return []
-        report = last[1]
+        if report.parser is None:
+            return blockers, []
         notes = [f"pre-flight table and {report.parser}'s parser agree" if not report.disagreements
                  else f"pre-flight table and {report.parser}'s parser disagree on "
                       f"{len(report.disagreements)} point(s):"]
-        return notes + [f"  {line}" for line in report.disagreements]
+        return blockers, notes + [f"  {line}" for line in report.disagreements]
 
     # -- convert ------------------------------------------------------------------------------
     def convert(self, model: ir.Model, target: Target, workdir: Path) -> Artifact:
