@@ -19,12 +19,29 @@ Spatial sizes unknown: the node is left as it is; onnxruntime computes the same 
 
 10->9::   Pool(x, ceil_mode=1)  ->  Pool(x, end pads widened as above): ceil_mode arrived at opset
           10; with SAME/VALID auto_pad it changes nothing and is dropped. Needs static spatial sizes.
+
+AveragePool 19->18 and LpPool 18->17: dilations arrived there; Conv has had them at every opset,
+so a dilated pool becomes a grouped Conv (group=C) with an all-ones kernel [C, 1, *k]::
+
+    AveragePool(x, k, s, d, pads)  ->  Div(Conv(x, ones, group=C, k, s, d, pads'), count)
+    LpPool(x, k, s, d, pads, p)    ->  Pow(Conv(Pow(Abs(x), p), ones, group=C, ...), 1/p)
+
+``pads'`` is the pool's explicit padding (auto_pad SAME resolved by the spec's formula), with the end
+pad widened so floor-mode Conv keeps ceil mode's partial last window (its taps past the padded input
+add the zero the pool leaves out). ``count`` is the number of taps each window averages: inside the
+padded input for count_include_pad=1, inside the real input for count_include_pad=0; it factors per
+axis, so it is a constant built from static spatial sizes (or the kernel size when no window ever
+leaves the padded input). Refused: unknown channel count, ceil mode or SAME padding or excluded pads
+on unknown spatial sizes, auto_pad SAME with dilations (onnxruntime and onnx.reference size its
+padding by the undilated kernel, the spec by the dilated one), and ceil mode where opset 22's rule
+drops a window (the spec before 22 and the runtimes disagree there).
 """
 
 from __future__ import annotations
 
 import math
 
+import numpy as np
 import onnx_ir as ir
 
 from unframe.version_converter.context import Step
@@ -107,3 +124,135 @@ def _pool_10_9(node: ir.Node, step: Step) -> None:
 for _op in ("MaxPool", "AveragePool"):
     adapter(_op, 22, 21)(_pool_22_21)
     adapter(_op, 10, 9)(_pool_10_9)
+
+
+def _explicit_pads(node: ir.Node, step: Step, kernel: list[int], strides: list[int],
+                   dilations: list[int]) -> tuple[list[int], list[int] | None]:
+    """(begin+end pads by the spec's auto_pad rules, static spatial sizes or None)."""
+    n = len(kernel)
+    spatial = _spatial_sizes(node.inputs[0])
+    auto_pad = step.attr("auto_pad", "NOTSET") or "NOTSET"
+    if auto_pad == "VALID":
+        return [0] * (2 * n), spatial
+    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        if any(d != 1 for d in dilations):
+            # onnxruntime and onnx.reference size SAME padding by the undilated kernel, against the spec
+            step.refuse(f"{node.op_type} with dilations and auto_pad={auto_pad}: the runtimes and the spec "
+                        "disagree on its padding")
+        if spatial is None:
+            step.refuse(f"{node.op_type} with auto_pad={auto_pad} needs static spatial sizes before opset "
+                        f"{step.from_version}")
+        totals = [max(0, (-(-spatial[i] // strides[i]) - 1) * strides[i] + kernel[i] - spatial[i])
+                  for i in range(n)]
+        small = [t // 2 for t in totals]
+        big = [t - t // 2 for t in totals]
+        return (small + big if auto_pad == "SAME_UPPER" else big + small), spatial
+    return list(step.attr("pads") or [0] * (2 * n)), spatial
+
+
+def _axis_taps(length: int, out: int, kernel: int, stride: int, dilation: int, begin: int, end: int,
+               include_pad: bool) -> np.ndarray:
+    """How many taps of each window on one axis are averaged."""
+    taps = np.arange(out)[:, None] * stride - begin + np.arange(kernel)[None, :] * dilation
+    inside = (taps < length + end) if include_pad else (taps >= 0) & (taps < length)
+    return inside.sum(axis=1)
+
+
+def _window_counts(node: ir.Node, step: Step, geometry: tuple[list[int], ...], spatial: list[int] | None,
+                   ceil: bool) -> np.ndarray | float:
+    """The per-window tap count of an AveragePool (a scalar when every window is full)."""
+    kernel, strides, dilations, pads = geometry
+    n = len(kernel)
+    include_pad = bool(step.attr("count_include_pad", 0))
+    if spatial is None:
+        if not include_pad and any(pads):
+            step.refuse(f"AveragePool with dilations, pads and count_include_pad=0 needs static spatial "
+                        f"sizes before opset {step.from_version}")
+        return float(np.prod(kernel))
+    outs = [_axis_sizes(spatial[i], kernel[i], strides[i], dilations[i], pads[i], pads[n + i])[0 if ceil else 2]
+            for i in range(n)]
+    count = np.ones([], dtype=np.int64)
+    for i in range(n):
+        axis = _axis_taps(spatial[i], outs[i], kernel[i], strides[i], dilations[i], pads[i], pads[n + i],
+                          include_pad)
+        count = np.multiply.outer(count, axis)
+    return count
+
+
+def _dilated_geometry(node: ir.Node, step: Step) -> tuple[tuple[list[int], ...], list[int] | None, bool]:
+    """((kernel, strides, dilations, pads), static spatial sizes, ceil mode); refuses what Conv can't do."""
+    kernel = list(step.attr("kernel_shape") or [])
+    n = len(kernel)
+    strides = list(step.attr("strides") or [1] * n)
+    dilations = list(step.attr("dilations") or [1] * n)
+    pads, spatial = _explicit_pads(node, step, kernel, strides, dilations)
+    ceil = bool(step.attr("ceil_mode", 0)) and (step.attr("auto_pad", "NOTSET") or "NOTSET") == "NOTSET"
+    if ceil and spatial is None:
+        step.refuse(f"{node.op_type} with dilations and ceil_mode=1 needs static spatial sizes before "
+                    f"opset {step.from_version}")
+    if ceil:
+        for i in range(n):
+            ceil_size, rule_size, _ = _axis_sizes(spatial[i], kernel[i], strides[i], dilations[i], pads[i],
+                                                  pads[n + i])
+            if ceil_size != rule_size:
+                step.refuse(f"{node.op_type} with ceil_mode=1: its last window on spatial axis {i} starts "
+                            "in the end padding, which the spec before opset 22 counts and runtimes drop")
+    return (kernel, strides, dilations, pads), spatial, ceil
+
+
+def _ones_conv(step: Step, x: ir.Value, channels: int, geometry: tuple[list[int], ...],
+               spatial: list[int] | None, ceil: bool) -> ir.Value:
+    """Sum of each dilated window per channel, with the end pads widened to keep ceil mode's windows."""
+    kernel, strides, dilations, pads = geometry
+    n = len(kernel)
+    conv_pads = list(pads)
+    if ceil and spatial is not None:
+        for i in range(n):
+            out = _axis_sizes(spatial[i], kernel[i], strides[i], dilations[i], pads[i], pads[n + i])[0]
+            need = (out - 1) * strides[i] + dilations[i] * (kernel[i] - 1) + 1
+            conv_pads[n + i] += max(0, need - (spatial[i] + pads[i] + pads[n + i]))
+    ones = step.const(np.ones([channels, 1, *kernel], dtype=step.node.inputs[0].dtype.numpy()))
+    return step.op("Conv", [x, ones], {"kernel_shape": kernel, "strides": strides, "dilations": dilations,
+                                       "pads": conv_pads, "group": channels})
+
+
+def _pool_as_conv(node: ir.Node, step: Step) -> bool:
+    """Rewrite a dilated AveragePool/LpPool as a grouped Conv; False when it has no dilations."""
+    lp_ceil = node.op_type == "LpPool" and step.attr("ceil_mode", 0)  # LpPool's ceil_mode came with 18 too
+    if all(d == 1 for d in step.attr("dilations") or []) and not lp_ceil:
+        return False
+    require_types(step)
+    x = node.inputs[0]
+    shape = x.shape
+    if shape is None or len(shape) < 3 or not isinstance(shape[1], int) or x.dtype is None:
+        step.refuse(f"{node.op_type} with dilations needs a known channel count and dtype before "
+                    f"opset {step.from_version}")
+    geometry, spatial, ceil = _dilated_geometry(node, step)
+    if node.op_type == "AveragePool":
+        count = _window_counts(node, step, geometry, spatial, ceil)
+        total = _ones_conv(step, x, shape[1], geometry, spatial, ceil)
+        out = step.op("Div", [total, step.const(np.asarray(count, dtype=x.dtype.numpy()))])
+    else:
+        p = int(step.attr("p", 2))
+        dtype = x.dtype.numpy()
+        powered = step.op("Abs", [x]) if p == 1 else step.op("Pow", [step.op("Abs", [x]), step.const(
+            np.asarray(p, dtype=dtype))])
+        powered.type, powered.shape = x.type, x.shape
+        total = _ones_conv(step, powered, shape[1], geometry, spatial, ceil)
+        out = total if p == 1 else step.op("Pow", [total, step.const(np.asarray(1.0 / p, dtype=dtype))])
+    for value in {total, out}:
+        value.type, value.shape = node.outputs[0].type, node.outputs[0].shape
+    step.replace_with([out])
+    return True
+
+
+@adapter("AveragePool", 19, 18)
+def average_pool_19_18(node: ir.Node, step: Step) -> None:
+    if not _pool_as_conv(node, step):
+        generic_step(node, step)
+
+
+@adapter("LpPool", 18, 17)
+def lp_pool_18_17(node: ir.Node, step: Step) -> None:
+    if not _pool_as_conv(node, step):
+        generic_step(node, step)
