@@ -1,9 +1,13 @@
 """The opset version converter: any model between opset 7 and the newest opset, up or down.
 
-``convert_opset(model, target)`` converts an ``onnx_ir.Model`` in place. It first converts a clone
-(initializer tensors are shared, never read), collecting every blocker; only if none is found is the
-converted graph moved into ``model``. So a refused model is left untouched and the error lists all
-blockers at once.
+``convert_opset(model, target)`` converts an ``onnx_ir.Model`` in place, collecting every blocker,
+so the error lists all blockers at once, and a refused model is left as it was:
+
+* fast path: when every node's steps are generic steps that no dtype can block, every verdict is
+  checked before anything changes (no type inference, no snapshot);
+* full walk: a weight-less snapshot of the model (the proto that type inference needs anyway) is
+  taken first; the walk converts the model in place and, if anything blocks, the model is restored
+  from the snapshot. Initializer tensors are never read or copied.
 """
 
 from __future__ import annotations
@@ -82,7 +86,11 @@ def _all_values(model: ir.Model) -> list[ir.Value]:
     return values
 
 
-def _run(model: ir.Model, targets: dict[str, int]) -> Walker:
+def _graphs(model: ir.Model) -> list[tuple[Any, dict[str, int]]]:
+    return [(model.graph, _imports_of(model.graph))] + [(f, _imports_of(f)) for f in model.functions.values()]
+
+
+def _run(model: ir.Model, targets: dict[str, int], proto: Any = None) -> Walker:
     from unframe.version_converter.types import infer_types
 
     # types and ranks of intermediate values let adapters check dtypes and fix axes; shape
@@ -90,11 +98,10 @@ def _run(model: ir.Model, targets: dict[str, int]) -> Walker:
     # types are only for the adapters: the declared ones are put back afterwards.
     values = _all_values(model)
     declared = {id(v): (v.type, v.shape) for v in values}
-    infer_types(model, values)
+    infer_types(model, values, proto)
     walker = Walker(targets)
-    walker.walk_graph(model.graph, _imports_of(model.graph))
-    for function in model.functions.values():
-        walker.walk_graph(function, _imports_of(function))
+    for graph, imports in _graphs(model):
+        walker.walk_graph(graph, imports)
     for value in _all_values(model):
         if id(value) in declared:
             value.type, value.shape = declared[id(value)]
@@ -112,9 +119,10 @@ def _set_imports(owner: Any, targets: dict[str, int]) -> None:
             imports[domain] = version
 
 
-def _final_check(original: ir.Model, work: ir.Model, targets: dict[str, int], walker: Walker) -> None:
-    """Refuse a result the ONNX checker rejects (when the original passes it): a safety net for
-    what the adapters could not see, e.g. a dtype of an untyped value inside an expansion."""
+def _final_check(original: ir.Model | Any, work: ir.Model, targets: dict[str, int], walker: Walker) -> None:
+    """Refuse a result the ONNX checker rejects (when the original, a model or its snapshot proto,
+    passes it): a safety net for what the adapters could not see, e.g. a dtype of an untyped value
+    inside an expansion."""
     from unframe.version_converter.types import checker_error
 
     _finish(work, targets)  # idempotent: convert_opset finishes the same model again
@@ -155,13 +163,21 @@ def convert_opset(model: ir.Model, target: int, *, ml_target: int | None = None)
 
     Raises ``UnsupportedError`` listing every blocker, with ``model`` untouched, if anything blocks.
     """
+    from unframe.version_converter.types import Snapshot
+
     targets = _targets(model, target, ml_target)
     source = facts.model_opset(model)
     ml_source = facts.model_opset(model, facts.ML_DOMAIN)
-    work = model.clone()
-    walker = _run(work, targets)
-    if not walker.blockers:
-        _final_check(model, work, targets, walker)
+    walker = Walker(targets)
+    if not walker.convert_generic_only(_graphs(model)):
+        ir_version = model.ir_version
+        snapshot = Snapshot.take(model)
+        walker = _run(model, targets, snapshot.proto)
+        if not walker.blockers:
+            _final_check(snapshot.proto, model, targets, walker)
+        if walker.blockers:
+            snapshot.restore(model)
+            model.ir_version = ir_version
     if walker.blockers:
         n = len(walker.blockers)
         raise UnsupportedError(
@@ -169,12 +185,8 @@ def convert_opset(model: ir.Model, target: int, *, ml_target: int | None = None)
             + "; ".join(str(b) for b in walker.blockers[:5]) + (" ..." if n > 5 else ""),
             "see the blockers list; choose another target opset or change the listed nodes",
             blockers=walker.blockers)
-    ir_version = _finish(work, targets)
-    ml_final = targets.get(facts.ML_DOMAIN) if facts.ML_DOMAIN in work.graph.opset_imports else None
-    model.graph = work.graph
-    model.functions.clear()
-    model.functions.update(work.functions)
-    model.ir_version = ir_version
+    ir_version = _finish(model, targets)
+    ml_final = targets.get(facts.ML_DOMAIN) if facts.ML_DOMAIN in model.graph.opset_imports else None
     path = [f"ai.onnx {source}->{target}"]
     if ml_final is not None and ml_source and ml_source != ml_final:
         path.append(f"ai.onnx.ml {ml_source}->{ml_final}")

@@ -59,7 +59,9 @@ def type_string(type_: ir.TypeProtocol | None) -> str | None:
     return None
 
 
-def _allowed(schema: OpSchema, params: Any, index: int) -> frozenset[str] | None:
+def allowed_types(schema: OpSchema, params: Any, index: int) -> frozenset[str] | None:
+    """The type strings ``schema`` allows for formal parameter ``index`` of ``params`` (its inputs or
+    outputs); None when unknown or out of range."""
     if not params:
         return None
     param = params[min(index, len(params) - 1)]
@@ -69,6 +71,9 @@ def _allowed(schema: OpSchema, params: Any, index: int) -> frozenset[str] | None
         if tc.type_param_str == param.type_str:
             return frozenset(tc.allowed_type_strs)
     return frozenset([param.type_str])
+
+
+_allowed = allowed_types
 
 
 def check_types(node: ir.Node, schema: OpSchema) -> list[str]:
@@ -144,6 +149,22 @@ def generic_step(node: ir.Node, step: Step, *, semantics_handled: bool = False) 
         node.attributes.pop(name)
     if isinstance(negative, tuple):
         step.set_attr(*negative)
+
+
+def clean_verdict(node: ir.Node, step: Step) -> tuple[str, ...] | None:
+    """The attributes the step would drop when it is a clean generic step for ``node`` (no semantic
+    change, nothing the target lacks, no negative axes to fix); None when it is not. Changes nothing."""
+    if step.to_schema is None or step.to_schema.deprecated:
+        return None
+    if (step.domain, node.op_type, max(step.from_version, step.to_version)) in SEMANTIC_CHANGES:
+        return None
+    if not step.upgrade and step.from_version == 11:
+        return None  # negative axes may need the input rank
+    key = _cache_key(node, step)
+    verdict = _VERDICTS.get(key)
+    if verdict is None:
+        verdict = _VERDICTS[key] = _structural_verdict(node, step)
+    return None if verdict[0] else verdict[1]
 
 
 # the structural verdict only depends on the op, the step, the attributes the target lacks, the

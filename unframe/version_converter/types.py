@@ -34,32 +34,81 @@ def _is_small(value: ir.Value) -> bool:
 def light_proto(model: ir.Model) -> onnx.ModelProto:
     """The model as a proto whose large initializers are declared as graph inputs instead (no weight
     is read or copied)."""
-    initializers = model.graph.initializers
-    everything = list(initializers.values())
-    large = [v for v in everything if not _is_small(v)]
-    for value in large:
-        initializers.pop(value.name)
-    try:
-        proto = ir.to_proto(model)
-    finally:
-        initializers.clear()
-        for value in everything:
-            initializers[value.name] = value
-    declared = {i.name for i in proto.graph.input}
-    for value in large:
-        if value.name not in declared and value.type is not None:
-            info = onnx.ValueInfoProto(name=value.name)
-            info.type.CopyFrom(ir.serde.serialize_type(value.type))
-            if value.shape is not None:
-                ir.serde.serialize_shape_into(info.type, value.shape)
-            proto.graph.input.append(info)
-    return proto
+    return Snapshot.take(model).proto
 
 
-def infer_types(model: ir.Model, values: list[ir.Value]) -> None:
-    """Set type and shape on each of ``values`` that has no type, from onnx shape inference."""
+class Snapshot:
+    """A weight-less copy of a model, taken before a conversion changes it: the proto of
+    ``light_proto`` plus the large initializer values it left out. ``restore`` puts the model back
+    as it was (the large initializers are the original values, so no weight is read or copied)."""
+
+    def __init__(self, proto: onnx.ModelProto, large: list[ir.Value], added: set[str], order: list[str]) -> None:
+        self.proto = proto
+        self.large = large
+        self.added = added  # names of the graph inputs that only stand in for a large initializer
+        self.order = order  # the initializers' names in their original order
+
+    @classmethod
+    def take(cls, model: ir.Model) -> Snapshot:
+        initializers = model.graph.initializers
+        everything = list(initializers.values())
+        large = [v for v in everything if not _is_small(v)]
+        for value in large:
+            initializers.pop(value.name)
+        try:
+            proto = ir.to_proto(model)
+        finally:
+            initializers.clear()
+            for value in everything:
+                initializers[value.name] = value
+        declared = {i.name for i in proto.graph.input}
+        added = set()
+        for value in large:
+            if value.name not in declared and value.type is not None:
+                info = onnx.ValueInfoProto(name=value.name)
+                info.type.CopyFrom(ir.serde.serialize_type(value.type))
+                if value.shape is not None:
+                    ir.serde.serialize_shape_into(info.type, value.shape)
+                proto.graph.input.append(info)
+                added.add(value.name)
+        return cls(proto, large, added, [v.name for v in everything])
+
+    def restore(self, model: ir.Model) -> None:
+        """Make ``model`` what it was when the snapshot was taken."""
+        old_graph = model.graph
+        restored = ir.serde.deserialize_model(self.proto)
+        graph = restored.graph
+        # release the original large initializers from the discarded graph (IR < 4 also lists
+        # them as inputs; the converted graph may have made them inputs too)
+        old_graph.inputs.clear()
+        old_graph.outputs.clear()
+        for value in self.large:
+            old_graph.initializers.pop(value.name, None)
+            for user, index in list(value.uses()):  # nodes of the discarded graph
+                user.replace_input_with(index, None)
+            stand_in = next((v for v in graph.inputs if v.name == value.name), None)
+            if stand_in is not None:
+                stand_in.replace_all_uses_with(value, replace_graph_outputs=True)
+                position = graph.inputs.index(stand_in)
+                if value.name in self.added:
+                    graph.inputs.pop(position)
+                else:  # an initializer that is also a graph input (IR < 4)
+                    graph.inputs[position] = value
+            graph.register_initializer(value)
+        by_name = dict(graph.initializers)
+        graph.initializers.clear()
+        for name in self.order:
+            graph.initializers[name] = by_name[name]
+        model.graph = graph
+        model.functions.clear()
+        model.functions.update(restored.functions)
+
+
+def infer_types(model: ir.Model, values: list[ir.Value], proto: onnx.ModelProto | None = None) -> None:
+    """Set type and shape on each of ``values`` that has no type, from onnx shape inference of
+    ``proto`` (default: the model's ``light_proto``)."""
     try:
-        inferred = onnx.shape_inference.infer_shapes(light_proto(model), check_type=False,
+        inferred = onnx.shape_inference.infer_shapes(proto if proto is not None else light_proto(model), check_type=False,
                                                      strict_mode=False, data_prop=True)
     except Exception:  # inference only helps the adapters; without it they refuse what needs types
         return
@@ -86,10 +135,12 @@ def _deserialize(type_proto: onnx.TypeProto) -> tuple[ir.TypeProtocol | None, ir
         return None, None
 
 
-def checker_error(model: ir.Model) -> str:
-    """The ONNX checker's complaint (full check) about ``model``, or "" when it passes."""
+def checker_error(model: ir.Model | onnx.ModelProto) -> str:
+    """The ONNX checker's complaint (full check) about ``model`` (a model, or its light proto), or ""
+    when it passes."""
     try:
-        onnx.checker.check_model(light_proto(model), full_check=True)
+        onnx.checker.check_model(model if isinstance(model, onnx.ModelProto) else light_proto(model),
+                                 full_check=True)
     except Exception as exc:  # ValidationError / InferenceError: reported as a blocker
         return " ".join(str(exc).split())[:300]
     return ""

@@ -91,6 +91,46 @@ class Walker:
                     for sub in _subgraphs(attr):
                         self.walk_graph(sub, imports)
 
+    # -- the fast path ------------------------------------------------------------------------------
+    def convert_generic_only(self, graphs: list[tuple[Any, dict[str, int]]]) -> bool:
+        """Convert every node of ``graphs`` (graph, its opset imports; subgraphs included) when all of
+        their steps are generic steps that no dtype can block, which needs no type inference.
+
+        Every step's verdict is checked before anything changes; if one step is not of that kind, or
+        its verdict finds a problem, nothing is changed and False is returned (the caller then takes
+        the full walk, which reports the blockers). Changes made here: attributes at their default
+        that the target lacks are dropped, and each node is marked as at the target."""
+        from onnx_ir.traversal import RecursiveGraphIterator
+
+        drops: list[tuple[ir.Node, tuple[str, ...]]] = []
+        nodes: list[tuple[ir.Node, int]] = []
+        for graph, imports in graphs:
+            for node in RecursiveGraphIterator(graph):
+                domain = _norm(node.domain)
+                if domain not in CONVERTED_DOMAINS or domain not in self.targets:
+                    continue
+                current = imports.get(domain, imports.get("ai.onnx", 0) if domain == "" else 0)
+                if _since_version_at(node.op_type, max(current, 1), domain) is None:
+                    return False
+                plan = self._resolved(node.op_type, domain, current, self.targets[domain])
+                for kind, frm, to, old, new, fn in plan:
+                    if kind != "step" or fn is not None or not _types_only_widen(domain, node.op_type, frm, to, node):
+                        return False
+                    droppable = generic.clean_verdict(node, Step(self, node, domain, frm, to, old, new))
+                    if droppable is None:
+                        return False
+                    if droppable:
+                        drops.append((node, droppable))
+                nodes.append((node, len(plan)))
+        for node, names in drops:
+            for name in names:
+                node.attributes.pop(name, None)
+        for node, steps in nodes:
+            self._opset[id(node)] = self.targets[_norm(node.domain)]
+            self.nodes_changed += int(steps > 0)
+            self.fired["generic"] += steps
+        return True
+
     def _block(self, node: ir.Node, reason: str) -> None:
         self.blockers.append(Blocker(op=node.op_type, reason=reason, node=node.name or "",
                                      domain=_norm(node.domain)))
@@ -180,6 +220,25 @@ class Walker:
             generic.generic_step(node, step)
             self.fired["generic"] += 1
         return step.replaced
+
+
+def _types_only_widen(domain: str, op: str, frm: int, to: int, node: ir.Node) -> bool:
+    """True when the schema at ``to`` allows every type the schema at ``frm`` allows, for each of the
+    node's inputs and outputs: then no dtype can block the step (and no type inference is needed)."""
+    return _types_widen(domain, op, frm, to, len(node.inputs), len(node.outputs))
+
+
+@functools.cache
+def _types_widen(domain: str, op: str, frm: int, to: int, n_in: int, n_out: int) -> bool:
+    old, new = _schema_at(op, frm, domain), _schema_at(op, to, domain)
+    if old is None or new is None:
+        return False
+    for n, old_params, new_params in ((n_in, old.inputs, new.inputs), (n_out, old.outputs, new.outputs)):
+        for i in range(n):
+            before, after = generic.allowed_types(old, old_params, i), generic.allowed_types(new, new_params, i)
+            if after is not None and (before is None or not before <= after):
+                return False
+    return True
 
 
 def _subgraphs(attr: ir.Attr) -> list[ir.Graph]:
