@@ -11,6 +11,13 @@ Resize 11->10::  only asymmetric coordinates, nearest(floor)/linear, scales (or 
                  input shape), no exclude_outside
 Resize 13->12::  empty roi/scales inputs made explicit (they are required before 13)
 Resize 19->18::  refused for coordinate_transformation_mode="half_pixel_symmetric"
+Resize 18->17::  Resize(x, roi, scales|sizes, axes=a)  ->  Resize(x, roi', full-rank scales|sizes)
+                 constants spread at conversion time; run-time values spread as
+                 scales' = Gather(Concat(scales, [1.0]), index)
+                 sizes'  = Gather(Concat(sizes, Shape(x)), index)
+                 roi'    = Gather(Concat(roi, [0, 1]), index)        (tf_crop_and_resize only)
+                 keep_aspect_ratio_policy only with constant sizes whose kept scale gives whole sizes;
+                 antialias=1 refused
 """
 
 from __future__ import annotations
@@ -138,35 +145,135 @@ def resize_19_18(node: ir.Node, step: Step) -> None:
     generic_step(node, step)
 
 
+def _is_given(step: Step, value: ir.Value | None) -> bool | None:
+    """Whether an optional scales/sizes input holds values (None: can't tell before run time)."""
+    if value is None:
+        return False
+    if value.shape is not None and len(value.shape) == 1 and isinstance(value.shape[0], int):
+        return value.shape[0] > 0
+    folded = step.fold(value)
+    return None if folded is None else folded.size > 0
+
+
+def _full_rank(step: Step, value: ir.Value, fill: ir.Value, index: list[int]) -> ir.Value:
+    """Gather(Concat(value, fill), index): the per-axis values spread over every axis of x."""
+    joined = step.op("Concat", [value, fill], {"axis": 0})
+    out = step.op("Gather", [joined, step.const(np.asarray(index, dtype=np.int64))], {"axis": 0})
+    out.type, out.shape = value.type, ir.Shape([len(index)])
+    return out
+
+
+def _kept_aspect_sizes(step: Step, axes: list[int], policy: str) -> np.ndarray:
+    """The full-rank output sizes keep_aspect_ratio_policy gives; refuses unless they're constants
+    and the kept scale lands on whole sizes (then ``size / in_size`` is that scale on every axis)."""
+    sizes = step.fold(step.input(3))
+    shape = step.static_shape(step.node.inputs[0])
+    if sizes is None or shape is None:
+        step.refuse(f"keep_aspect_ratio_policy={policy!r} needs constant sizes and a static input shape "
+                    "before opset 18")
+    ratios = [float(sizes[i]) / shape[a] for i, a in enumerate(axes)]
+    scale = min(ratios) if policy == "not_larger" else max(ratios)
+    full = np.asarray(shape, dtype=np.int64)
+    for a in axes:
+        exact = scale * shape[a]
+        if exact != round(exact):
+            step.refuse(f"keep_aspect_ratio_policy={policy!r}: the kept scale {scale} gives a fractional "
+                        f"size on axis {a}, which Resize-13's sizes can't carry with that scale")
+        full[a] = round(exact)
+    return full
+
+
+def _roi_index(axes: list[int], rank: int) -> list[int]:
+    """Index into Concat(roi[2k], [0, 1]) giving the full-rank [starts..., ends...] roi."""
+    k = len(axes)
+    pos = {a: i for i, a in enumerate(axes)}
+    return [pos.get(a, 2 * k) for a in range(rank)] + [k + pos[a] if a in pos else 2 * k + 1 for a in range(rank)]
+
+
+def _check_18_17(node: ir.Node, step: Step, rank: int | None, axes: list[int] | None) -> str:
+    """Refuses what Resize-13 can't express; returns which input carries the target ("scales"/"sizes")."""
+    if rank is None:
+        step.refuse("axes / keep_aspect_ratio_policy need a known input rank before opset 18")
+    if step.attr("antialias", 0):
+        step.refuse("antialias=1 does not exist before opset 18 (no exact rewrite)")
+    require_types(step)
+    scales, sizes = _is_given(step, step.input(2)), _is_given(step, step.input(3))
+    if scales is None or (not scales and sizes is None):
+        step.refuse("with axes, whether scales or sizes is used must be known before opset 18")
+    if step.attr("coordinate_transformation_mode") == "tf_crop_and_resize" and axes is not None:
+        roi = step.input(1)
+        if roi is not None and (roi.shape is None or roi.shape.rank() != 1 or roi.shape[0] not in (0, 2 * len(axes))):
+            step.refuse("tf_crop_and_resize with axes needs a roi of known length before opset 18")
+    return "scales" if scales else "sizes"
+
+
 @adapter("Resize", 18, 17)
 def resize_18_17(node: ir.Node, step: Step) -> None:
-    """Resize(x, roi, scales, axes=a) -> Resize(x, roi, full-rank scales) (1.0 / the input's static
-    size on the axes not listed); antialias and keep_aspect_ratio_policy must be at their defaults."""
+    """Resize(x, roi, scales|sizes, axes=a) -> Resize(x, roi', full-rank scales|sizes): the values of
+    the axes not listed are 1.0 (scales), the input's size (sizes), 0 and 1 (roi starts and ends);
+    constants are spread at conversion time, others with Gather(Concat(v, fill), index).
+    keep_aspect_ratio_policy: only where constant sizes make its scale land on whole sizes."""
     from unframe.version_converter.generic import generic_step
 
-    axes = step.attr("axes")
-    if axes is None:
+    policy = step.attr("keep_aspect_ratio_policy", "stretch")
+    if step.attr("axes") is None and policy == "stretch":
         generic_step(node, step)
         return
-    rank = step.rank(node.inputs[0])
-    if rank is None:
-        step.refuse("axes needs a known input rank before opset 18")
-    axes = [a % rank for a in axes]
-    scales = step.fold(step.input(2)) if step.input(2) is not None else None
-    sizes = step.fold(step.input(3)) if step.input(3) is not None else None
-    if scales is not None and scales.size:
-        full = np.ones(rank, dtype=np.float32)
-        full[axes] = scales
-        index, value = 2, full
-    elif sizes is not None and sizes.size:
-        shape = step.static_shape(node.inputs[0])
-        if shape is None:
-            step.refuse("sizes with axes needs a static input shape before opset 18")
-        full_sizes = np.asarray(shape, dtype=np.int64)
-        full_sizes[axes] = sizes
-        index, value = 3, full_sizes
+    x = node.inputs[0]
+    rank = step.rank(x)
+    given = step.attr("axes")
+    which = _check_18_17(node, step, rank, given)
+    axes = [a % rank for a in (given if given is not None else range(rank))]
+    pos = {a: i for i, a in enumerate(axes)}
+    if which == "sizes" and policy != "stretch":
+        full = step.const(_kept_aspect_sizes(step, axes, policy))
+    elif which == "sizes":
+        full = _spread_sizes(step, x, axes, pos, rank)
     else:
-        step.refuse("scales/sizes with axes must be constants before opset 18")
-    step.drop_attr("axes")
+        full = _spread_scales(step, axes, pos, rank)
+    roi = step.input(1)
+    if step.attr("coordinate_transformation_mode") != "tf_crop_and_resize":
+        roi = None  # only tf_crop_and_resize reads roi
+    elif roi is not None and given is not None and _is_given(step, roi):
+        roi = _spread_roi(step, roi, axes, rank)
+    for name in ("axes", "keep_aspect_ratio_policy"):
+        step.drop_attr(name)
     generic_step(node, step)
-    node.replace_input_with(index, step.const(value))
+    index = 2 if which == "scales" else 3
+    node.resize_inputs(index + 1)
+    node.replace_input_with(1, roi)
+    node.replace_input_with(index, full)
+    if index == 3:
+        node.replace_input_with(2, None)
+
+
+def _spread_scales(step: Step, axes: list[int], pos: dict[int, int], rank: int) -> ir.Value:
+    scales = step.input(2)
+    folded = step.fold(scales)
+    if folded is not None:
+        full = np.ones(rank, dtype=np.float32)
+        full[axes] = folded
+        return step.const(full)
+    one = step.const(np.ones([1], dtype=np.float32))
+    return _full_rank(step, scales, one, [pos.get(a, len(axes)) for a in range(rank)])
+
+
+def _spread_sizes(step: Step, x: ir.Value, axes: list[int], pos: dict[int, int], rank: int) -> ir.Value:
+    sizes = step.input(3)
+    folded, shape = step.fold(sizes), step.static_shape(x)
+    if folded is not None and shape is not None:
+        full = np.asarray(shape, dtype=np.int64)
+        full[axes] = folded
+        return step.const(full)
+    dims = step.op("Shape", [x])
+    dims.type, dims.shape = ir.TensorType(ir.DataType.INT64), ir.Shape([rank])
+    return _full_rank(step, sizes, dims, [pos.get(a, len(axes) + a) for a in range(rank)])
+
+
+def _spread_roi(step: Step, roi: ir.Value, axes: list[int], rank: int) -> ir.Value:
+    index = _roi_index(axes, rank)
+    dtype = roi.dtype.numpy() if roi.dtype is not None else np.float32
+    folded = step.fold(roi)
+    if folded is not None:
+        return step.const(np.concatenate([folded.reshape(-1), [0, 1]]).astype(dtype)[index])
+    return _full_rank(step, roi, step.const(np.asarray([0, 1], dtype=dtype)), index)
