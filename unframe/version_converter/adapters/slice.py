@@ -4,7 +4,8 @@
 10->9::  Slice(x, s, e, a, steps)             ->  Slice(x, starts=, ends=, axes=)  (all folded, steps 1)
 10->9::  Slice(x, s, e, a, steps=[2])         ->  Gather(x, Constant(range(D)[s:e:2]), axis=a)
                                                   (folded, a static axis length D; Slice-9 for the
-                                                  axes that step by 1)
+                                                  axes that step by 1); without a static D,
+                                                  the run-time form below
 10->9::  Slice(x, s, e, a, t) run-time        ->  per sliced axis:
                                                   Compress(Gather(x, order), mask, axis)  (see dynamic.py)
          run-time axes (static rank r): every axis d < r is sliced with the start/end/step whose axis
@@ -43,9 +44,10 @@ def slice_10_9(node: ir.Node, step: Step) -> None:
         axes = _static_axes(step, node, axes, len(starts))
         if steps is None or np.all(steps == 1):
             _to_attributes(node, step, starts, ends, axes)
-        else:
+            return
+        if _static_lengths(node, axes, steps) or dyn.final_target(step) < dyn.MIN_OPSET:
             _strided_gather(node, step, starts, ends, axes, steps)
-        return
+            return
     _runtime_slice(node, step, folded)
 
 
@@ -65,6 +67,27 @@ def _to_attributes(node: ir.Node, step: Step, starts: np.ndarray, ends: np.ndarr
     step.set_attr("starts", ir.AttrInt64s("starts", [int(v) for v in starts]))
     step.set_attr("ends", ir.AttrInt64s("ends", [int(v) for v in ends]))
     step.set_attr("axes", ir.AttrInt64s("axes", axes))
+    out = node.outputs[0]
+    if out.shape is None:
+        out.shape = _sliced_shape(node.inputs[0], axes, starts, ends, np.ones(len(axes), dtype=np.int64))
+
+
+def _sliced_shape(x: ir.Value, axes: list[int], starts: np.ndarray | None, ends: np.ndarray | None,
+                  steps: np.ndarray | None) -> ir.Shape | None:
+    """x's shape with each sliced axis' length (unknown unless everything is static): users of the
+    output need at least its rank below opset 11 (negative axes), which inference may not give."""
+    if x.shape is None:
+        return None
+    dims: list[int | None] = [d if isinstance(d, int) else None for d in x.shape]
+    for j, axis in enumerate(axes):
+        known = dims[axis] is not None and starts is not None and ends is not None and steps is not None
+        dims[axis] = len(range(dims[axis])[slice(int(starts[j]), int(ends[j]), int(steps[j]))]) if known else None
+    return ir.Shape(dims)
+
+
+def _static_lengths(node: ir.Node, axes: list[int], steps: np.ndarray) -> bool:
+    shape = node.inputs[0].shape
+    return shape is not None and all(isinstance(shape[axes[j]], int) for j, t in enumerate(steps) if t != 1)
 
 
 def _strided_gather(node: ir.Node, step: Step, starts: np.ndarray, ends: np.ndarray, axes: list[int],
@@ -72,21 +95,23 @@ def _strided_gather(node: ir.Node, step: Step, starts: np.ndarray, ends: np.ndar
     """Axes stepping by 1 stay a Slice-9; every other axis takes the exact index list Slice-13's
     clamping gives (Python's slice.indices clamps the same way) through a Gather."""
     x = node.inputs[0]
-    strided = [j for j, t in enumerate(steps) if t != 1]
+    if not _static_lengths(node, axes, steps):
+        step.refuse("steps other than 1 need a static length on the stepped axes below opset 9")
     shape = x.shape
-    if shape is None or any(not isinstance(shape[axes[j]], int) for j in strided):
-        step.refuse("steps other than 1 need a static length on the stepped axes before opset 10")
+    strided = [j for j, t in enumerate(steps) if t != 1]
     out = x
     plain = [j for j, t in enumerate(steps) if t == 1]
     if plain:
         out = step.op("Slice", [x], {"starts": [int(starts[j]) for j in plain],
                                      "ends": [int(ends[j]) for j in plain], "axes": [axes[j] for j in plain]})
-        out.type = x.type
+        out.type, out.shape = x.type, _sliced_shape(x, [axes[j] for j in plain], starts[plain], ends[plain],
+                                                    steps[plain])
     for j in strided:
         length = int(shape[axes[j]])
         picked = range(length)[slice(int(starts[j]), int(ends[j]), int(steps[j]))]
-        out = step.op("Gather", [out, step.const(np.asarray(list(picked), dtype=np.int64))], {"axis": axes[j]})
-        out.type = x.type
+        taken = step.op("Gather", [out, step.const(np.asarray(list(picked), dtype=np.int64))], {"axis": axes[j]})
+        taken.type, taken.shape = x.type, _sliced_shape(out, [axes[j]], starts[[j]], ends[[j]], steps[[j]])
+        out = taken
     step.replace_with([out])
 
 
@@ -110,7 +135,7 @@ def _runtime_slice(node: ir.Node, step: Step, folded: list[np.ndarray | None]) -
         start, end = _pick(step, 1, folded, j), _pick(step, 2, folded, j)
         stride, sign = _stride(step, folded, j)
         out = dyn.slice_axis(step, out, axis, start, end, stride, sign)
-    _finish(step, x, out)
+    _finish(step, x, out, axes_list)
 
 
 def _pick(step: Step, index: int, folded: list[np.ndarray | None], j: int) -> ir.Value:
@@ -148,10 +173,12 @@ def _slice_every_axis(node: ir.Node, step: Step, rank: int, folded: list[np.ndar
         start, end = chosen(values[0], 0), chosen(values[1], INT64_MAX)
         stride = None if values[2] is None else chosen(values[2], 1)
         out = dyn.slice_axis(step, out, d, start, end, stride, None if stride is not None else 1)
-    _finish(step, x, out)
+    _finish(step, x, out, list(range(rank)))
 
 
-def _finish(step: Step, x: ir.Value, out: ir.Value) -> None:
+def _finish(step: Step, x: ir.Value, out: ir.Value, axes: list[int]) -> None:
     if out is x:  # nothing sliced: the node's output must stay a value of its own
         out = step.op("Identity", [x])
+    if step.node.outputs[0].shape is None:
+        out.shape = _sliced_shape(x, axes, None, None, None)
     step.replace_with([out])
