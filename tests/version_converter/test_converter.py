@@ -15,7 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from nodecases import check_path  # noqa: E402
+from nodecases import case, check_path  # noqa: E402
 
 from unframe.errors import UnsupportedError  # noqa: E402
 from unframe.version_converter import ConvertVersionPass, convert_opset, preflight  # noqa: E402
@@ -36,12 +36,12 @@ def _run(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarra
 
 
 def _two_blocker_model() -> onnx.ModelProto:
-    """A bf16 Add (no bf16 Add before 13) and a Reduce whose axes is a runtime input."""
+    """A bf16 Add (no bf16 Add before 13) and a Reduce whose axes is a runtime input of unknown length."""
     nodes = [helper.make_node("Add", ["a", "a"], ["b"], name="bf16_add"),
              helper.make_node("Cast", ["b"], ["c"], name="cast", to=TensorProto.FLOAT),
              helper.make_node("ReduceSum", ["c", "axes"], ["y"], name="dynamic_reduce")]
     return _model(nodes, [helper.make_tensor_value_info("a", TensorProto.BFLOAT16, [2, 3]),
-                          helper.make_tensor_value_info("axes", TensorProto.INT64, [1])],
+                          helper.make_tensor_value_info("axes", TensorProto.INT64, None)],
                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], 14)
 
 
@@ -159,3 +159,95 @@ def test_pass_and_result_fields() -> None:
     assert [n.op_type for n in out.graph.node] == ["Flatten", "Softmax", "Shape", "Reshape"]
     feeds = {"x": np.random.default_rng(3).standard_normal((2, 3)).astype(np.float32)}
     np.testing.assert_allclose(_run(out, feeds)[0], _run(model, feeds)[0], rtol=1e-6)
+
+
+@pytest.mark.parametrize(("name", "target"), [
+    ("test_attention_local_window", 23),          # left/right_window_size: attributes Attention-23 lacks
+    ("test_attention_4d_gqa_causal_nonpad_decode", 21),  # nonpad_kv_seqlen: an input Attention-23 lacks
+])
+def test_refused_step_expands_through_the_function_body(name: str, target: int) -> None:
+    """A downgrade step the target can't take is not a dead end when the op has a function body:
+    the node is expanded and the expansion converted (checked against the case's outputs)."""
+    model = case(name).model
+    with pytest.raises(UnsupportedError):  # no Attention at the target can take this node...
+        _convert_without_expansion(model, target)
+    fired = check_path(name, [target])     # ...but its definition can
+    assert "expand:Attention" in fired
+
+
+def _convert_without_expansion(model: onnx.ModelProto, target: int) -> None:
+    """Convert with expansion-on-refusal switched off: what the step adapters alone can do."""
+    from unframe.version_converter import walker
+
+    original = walker.Walker._expand_instead
+    walker.Walker._expand_instead = lambda self, node, domain, at: False
+    try:
+        convert_opset(ir.from_proto(model), target)
+    finally:
+        walker.Walker._expand_instead = original
+
+
+def _large_weight_model(opset: int) -> onnx.ModelProto:
+    """A MatMul by a 256 KB weight (a 'large' initializer, never copied), then a dynamic-axes
+    ReduceSum whose axes length is unknown (refused below 13) and a bf16 Add (refused below 13)."""
+    w = numpy_helper.from_array(np.arange(256 * 256, dtype=np.float32).reshape(256, 256) / 1e4, "w")
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"], name="matmul"),
+             helper.make_node("ReduceSum", ["m", "axes"], ["r"], name="dynamic_reduce", keepdims=1),
+             helper.make_node("Add", ["b", "b"], ["y2"], name="bf16_add")]
+    return _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 256]),
+                          helper.make_tensor_value_info("axes", TensorProto.INT64, None),
+                          helper.make_tensor_value_info("b", TensorProto.BFLOAT16, [3])],
+                  [helper.make_tensor_value_info("r", TensorProto.FLOAT, None),
+                   helper.make_tensor_value_info("y2", TensorProto.BFLOAT16, [3])], opset, [w])
+
+
+@pytest.mark.parametrize("ir_version", [7, 3])
+def test_refused_model_is_restored_with_its_own_weight_values(ir_version: int) -> None:
+    """The walk converts in place; a refusal restores the model from its weight-less snapshot, and
+    the large initializer is the very same value (its tensor never copied), in graph and inputs."""
+    proto = _large_weight_model(14)
+    if ir_version < 4:  # before IR 4 every initializer is also a graph input
+        proto.graph.input.append(helper.make_tensor_value_info("w", TensorProto.FLOAT, [256, 256]))
+    proto.ir_version = ir_version
+    model = ir.from_proto(proto)
+    weight = model.graph.initializers["w"]
+    before = ir.to_proto(model).SerializeToString()
+    with pytest.raises(UnsupportedError) as info:
+        convert_opset(model, 11)
+    assert {b.node for b in info.value.blockers} >= {"dynamic_reduce", "bf16_add"}
+    assert ir.to_proto(model).SerializeToString() == before
+    assert model.ir_version == ir_version
+    assert model.graph.initializers["w"] is weight and weight.graph is model.graph
+    assert [n.name for n in weight.uses()[0][0].graph] == ["matmul", "dynamic_reduce", "bf16_add"]
+    assert {use.node.name for use in weight.uses()} == {"matmul"}
+    assert (weight in model.graph.inputs) == (ir_version < 4)
+    convert_opset(model, 21)  # the restored model still converts
+    assert model.graph.initializers["w"] is weight
+
+
+@pytest.mark.parametrize(("name", "target"), [("test_gemm_default_single_elem_vector_bias", 21),
+                                              ("test_conv_with_strides_padding", 22), ("test_lstm_defaults", 23)])
+def test_fast_path_gives_the_full_walks_model(name: str, target: int) -> None:
+    """Upgrades whose steps are all generic and type-widening skip type inference; the result must be
+    the one the full walk (inference, snapshot, checker) gives."""
+    from unframe.version_converter import walker
+
+    model = case(name).model
+    original = walker.Walker.convert_generic_only
+    taken: list[bool] = []
+
+    def spy(self: walker.Walker, graphs: list) -> bool:
+        taken.append(original(self, graphs))
+        return taken[-1]
+
+    walker.Walker.convert_generic_only = spy
+    try:
+        fast = ir.from_proto(model)
+        convert_opset(fast, target)
+        walker.Walker.convert_generic_only = lambda self, graphs: False
+        full = ir.from_proto(model)
+        convert_opset(full, target)
+    finally:
+        walker.Walker.convert_generic_only = original
+    assert taken == [True]
+    assert ir.to_proto(fast).SerializeToString() == ir.to_proto(full).SerializeToString()

@@ -146,24 +146,44 @@ class Walker:
             self._block(node, f"not a known {domain or 'ai.onnx'} op at opset {current}")
             return True
         changed = False
+        at = current  # the opset whose schema the node satisfies now
         try:
             for kind, frm, to, old, new, fn in self._resolved(node.op_type, domain, current, target):
                 changed = True
                 if kind == "expand":
                     assert old is not None
-                    expand(node, old, self)
-                    self.expanded.append(node.op_type)
-                    self.fired[f"expand:{node.op_type}"] += 1
-                    self.nodes_changed += 1
+                    self._expand(node, old)
                     return False
                 if self._step(node, domain, frm, to, old, new, fn):
                     self.nodes_changed += 1
                     return False
+                at = to
         except Refused as exc:
+            if target < at and self._expand_instead(node, domain, at):
+                return False
             self._block(node, exc.reason)
             return True
         self._opset[id(node)] = target
         self.nodes_changed += int(changed)
+        return True
+
+    def _expand(self, node: ir.Node, schema: Any) -> None:
+        expand(node, schema, self)
+        self.expanded.append(node.op_type)
+        self.fired[f"expand:{node.op_type}"] += 1
+        self.nodes_changed += 1
+
+    def _expand_instead(self, node: ir.Node, domain: str, at: int) -> bool:
+        """On a refused downgrade step, expand the node through the function body of the schema it
+        satisfies (at opset ``at``) when it has one: the body is that op's definition, and its nodes
+        are converted on to the target (where they may be refused in turn). False: no body."""
+        schema = _schema_at(node.op_type, at, domain)
+        if schema is None or not (schema.has_function or schema.has_context_dependent_function):
+            return False
+        try:
+            self._expand(node, schema)
+        except Refused:
+            return False
         return True
 
     def _resolved(self, op: str, domain: str, current: int, target: int) -> list[tuple[Any, ...]]:
