@@ -22,7 +22,7 @@ AdapterFn = Callable[["ir.Node", "Step"], None]
 BUILTIN_ADAPTER_MODULES = [
     f"unframe.version_converter.adapters.{name}"
     for name in ("softmax", "reduce", "split", "squeeze", "clip", "pad", "slice", "topk", "resize",
-                 "dropout", "scatter", "variadic", "misc", "scan", "pool", "constant", "tree_ensemble", "rnn")
+                 "dropout", "scatter", "variadic", "misc", "scan", "pool", "constant", "tree_ensemble", "rnn", "roi_align")
 ]
 
 
