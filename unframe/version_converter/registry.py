@@ -22,7 +22,8 @@ AdapterFn = Callable[["ir.Node", "Step"], None]
 BUILTIN_ADAPTER_MODULES = [
     f"unframe.version_converter.adapters.{name}"
     for name in ("softmax", "reduce", "split", "squeeze", "clip", "pad", "slice", "topk", "resize",
-                 "dropout", "scatter", "variadic", "misc", "scan", "pool", "constant", "tree_ensemble", "rnn", "roi_align")
+                 "bitshift",
+                 "dropout", "scatter", "variadic", "misc", "scan", "pool", "constant", "tree_ensemble", "rnn", "roi_align", "optional")
 ]
 
 
