@@ -16,8 +16,8 @@ Each rule below says why the result is the same:
   A widening where every source value is a value of the wider type keeps the order and equality
   of the values, so the selected element is the same and Casting it back is exact. Two results
   are not input elements: an empty ReduceMax/ReduceMin gives the type's lowest/highest value, which
-  Casts back correctly from an unsigned wider type only (bool and uint8/uint16 widen to unsigned
-  ints; signed ints only when the input's static shape has no zero dimension); a MaxPool window
+  Casts back correctly from a wider int for uint8/uint16 and from uint8 for bool, but not for signed
+  ints (those widen only when the input's static shape has no zero dimension); a MaxPool window
   lying wholly in the padding would give the lowest value, so MaxPool widens only when every window
   holds an input element.
 * Comparisons (Equal, Less, Greater, LessOrEqual, GreaterOrEqual) and IsInf: the bool output
@@ -34,10 +34,12 @@ Each rule below says why the result is the same:
   intermediate to half. Range-27's default stash_type=1 specifies exactly this float computation.
 * int64/uint64 Max/Min have no exact wider type: ``Where(Greater(a, b), a, b)`` (``Less`` for
   Min), chained over the inputs, selects the same element where Greater/Less and Where take the
-  dtype at the final target (opset 9+); Where broadcasts like Max/Min.
+  dtype at the final target (opset 9+); Where broadcasts like Max/Min. On uint64, which
+  onnxruntime's Where lacks, Where selects the int64 reinterpretation of the bits (a same-width
+  integer Cast keeps every bit both ways).
 
 Exact widenings: int8/uint8/int16/uint16 to int32, int64, float or double; int32/uint32 to int64
-or double; float16/bfloat16 to float or double; bool to an unsigned int (selection only). The Casts
+or double; float16/bfloat16 to float or double; bool to unsigned ints (reductions). The Casts
 must exist at the final target for both types (bfloat16 Casts need opset 13). Anything else stays
 refused.
 """
@@ -104,13 +106,15 @@ def _candidates(node: ir.Node, step: Step, dtype: ir.DataType) -> tuple[ir.DataT
 
 
 def _reduce_candidates(node: ir.Node, step: Step, dtype: ir.DataType) -> tuple[ir.DataType, ...]:
-    """An empty ReduceMax/ReduceMin gives the type's lowest/highest value. Those of an unsigned wider
-    type Cast back to the narrow type's (0 and all ones in the low bits); a signed wider type's do
-    not (INT32_MIN -> 0, not -128), so signed ints widen only when no reduction can be empty."""
+    """An empty ReduceMax/ReduceMin gives the type's lowest/highest value. For uint8/uint16 those
+    (0, all ones) are the low bits of any wider int's lowest/highest (INT32_MIN = 0x80000000,
+    INT32_MAX = 0x7fffffff), which the Cast back keeps; bool goes through uint8 (Cast(INT32_MIN,
+    bool) would be true); a signed narrow type's are not (INT32_MIN -> 0, not -128), so signed ints
+    widen only when no reduction can be empty."""
     if dtype == _D.BOOL:
         return (_D.UINT8, *_UNSIGNED_WIDE)
     if dtype in (_D.UINT8, _D.UINT16):
-        return _UNSIGNED_WIDE
+        return (_D.INT32, _D.INT64, *_UNSIGNED_WIDE)
     if dtype in _HALVES:
         return _EXACT[dtype]
     shape = step.static_shape(node.inputs[0])
@@ -228,10 +232,28 @@ def _select_by_compare(node: ir.Node, step: Step, bad: dict[str, ir.DataType]) -
     for value in node.inputs[1:]:
         pick = step.op(compare, [result, value])
         pick.type = ir.TensorType(_D.BOOL)
-        result = step.op("Where", [pick, result, value])
-        result.type = ir.TensorType(dtype)
+        result = _where(step, pick, result, value, dtype)
     if len(node.inputs) == 1:
         result = step.op("Identity", [result])
     result.type, result.shape = ir.TensorType(dtype), out.shape
     step.replace_with([result])
     return True
+
+
+def _where(step: Step, pick: ir.Value, a: ir.Value, b: ir.Value, dtype: ir.DataType) -> ir.Value:
+    """Where(pick, a, b); on uint64 (no onnxruntime kernel) it selects the int64 reinterpretation
+    of the bits instead: a same-width integer Cast keeps every bit, so the round trip is exact."""
+    if dtype != _D.UINT64:
+        result = step.op("Where", [pick, a, b])
+        result.type = ir.TensorType(dtype)
+        return result
+    bits = []
+    for value in (a, b):
+        cast = step.op("Cast", [value], {"to": _D.INT64})
+        cast.type, cast.shape = ir.TensorType(_D.INT64), value.shape
+        bits.append(cast)
+    chosen = step.op("Where", [pick, *bits])
+    chosen.type = ir.TensorType(_D.INT64)
+    result = step.op("Cast", [chosen], {"to": dtype})
+    result.type = ir.TensorType(dtype)
+    return result
