@@ -38,6 +38,8 @@ class Step:
     to_schema: OpSchema | None
     replaced: bool = False
     new_nodes: list[ir.Node] = field(default_factory=list)
+    # generic.node_key(node) when the walker already knows it (unchanged since the node's last step)
+    node_key: tuple[Any, ...] | None = None
 
     # -- facts ----------------------------------------------------------------------------------
     @property

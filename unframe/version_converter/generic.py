@@ -174,12 +174,19 @@ _VERDICTS: dict[tuple[Any, ...], tuple[tuple[str, ...], tuple[str, ...]]] = {}
 _IMPLICIT_ONES = {"dilations", "strides"}
 
 
+def node_key(node: ir.Node) -> tuple[Any, ...]:
+    """The part of a verdict's cache key that only depends on the node: its op, attribute names,
+    input/output counts and dtypes (the same for every generic step of one node's walk)."""
+    types = tuple(type_string(v.type) if v is not None else None for v in (*node.inputs, *node.outputs))
+    return (node.op_type, tuple(sorted(node.attributes)), _count(node.inputs), len(node.outputs),
+            _count(node.outputs), types)
+
+
 def _cache_key(node: ir.Node, step: Step) -> tuple[Any, ...]:
     new = step.to_schema
-    extra = tuple(sorted((n, repr(a.value)) for n, a in node.attributes.items() if n not in new.attributes))
-    types = tuple(type_string(v.type) if v is not None else None for v in (*node.inputs, *node.outputs))
-    return (step.domain, node.op_type, step.from_version, step.to_version, extra,
-            tuple(sorted(node.attributes)), _count(node.inputs), len(node.outputs), _count(node.outputs), types)
+    extra = tuple((n, repr(a.value)) for n, a in node.attributes.items() if n not in new.attributes)
+    mine = step.node_key if step.node_key is not None else node_key(node)
+    return (step.domain, step.from_version, step.to_version, tuple(sorted(extra)), mine)
 
 
 def _structural_verdict(node: ir.Node, step: Step) -> tuple[tuple[str, ...], tuple[str, ...]]:

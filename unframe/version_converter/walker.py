@@ -59,6 +59,7 @@ class Walker:
         self._adapters = adapter_table()
         self._plans: dict[tuple[str, str, int, int], list[tuple[str, int, int]]] = {}
         self._resolved_plans: dict[tuple[str, str, int, int], list[tuple[Any, ...]]] = {}
+        self._node_key: tuple[Any, ...] | None = None
 
     def find_adapter(self, domain: str, op: str, frm: int, to: int) -> Any:
         return self._adapters.get(AdapterKey(domain, op, frm, to))
@@ -102,9 +103,8 @@ class Walker:
         that the target lacks are dropped, and each node is marked as at the target."""
         from onnx_ir.traversal import RecursiveGraphIterator
 
-        drops: list[tuple[ir.Node, tuple[str, ...]]] = []
-        nodes: list[tuple[ir.Node, int]] = []
-        for graph, imports in graphs:
+        planned: list[tuple[ir.Node, str, list[tuple[Any, ...]]]] = []
+        for graph, imports in graphs:  # first only the plans: cheap, and most refusals show here
             for node in RecursiveGraphIterator(graph):
                 domain = _norm(node.domain)
                 if domain not in CONVERTED_DOMAINS or domain not in self.targets:
@@ -113,15 +113,22 @@ class Walker:
                 if _since_version_at(node.op_type, max(current, 1), domain) is None:
                     return False
                 plan = self._resolved(node.op_type, domain, current, self.targets[domain])
-                for kind, frm, to, old, new, fn in plan:
-                    if kind != "step" or fn is not None or not _types_only_widen(domain, node.op_type, frm, to, node):
-                        return False
-                    droppable = generic.clean_verdict(node, Step(self, node, domain, frm, to, old, new))
-                    if droppable is None:
-                        return False
-                    if droppable:
-                        drops.append((node, droppable))
-                nodes.append((node, len(plan)))
+                if any(kind != "step" or fn is not None for kind, *_, fn in plan):
+                    return False
+                planned.append((node, domain, plan))
+        drops: list[tuple[ir.Node, tuple[str, ...]]] = []
+        nodes: list[tuple[ir.Node, int]] = []
+        for node, domain, plan in planned:
+            key = generic.node_key(node)
+            for _, frm, to, old, new, _ in plan:
+                if not _types_only_widen(domain, node.op_type, frm, to, node):
+                    return False
+                droppable = generic.clean_verdict(node, Step(self, node, domain, frm, to, old, new, node_key=key))
+                if droppable is None:
+                    return False
+                if droppable:
+                    drops.append((node, droppable))
+            nodes.append((node, len(plan)))
         for node, names in drops:
             for name in names:
                 node.attributes.pop(name, None)
@@ -146,6 +153,7 @@ class Walker:
             self._block(node, f"not a known {domain or 'ai.onnx'} op at opset {current}")
             return True
         changed = False
+        self._node_key = None
         at = current  # the opset whose schema the node satisfies now
         try:
             for kind, frm, to, old, new, fn in self._resolved(node.op_type, domain, current, target):
@@ -232,12 +240,18 @@ class Walker:
     def _step(self, node: ir.Node, domain: str, frm: int, to: int, old: Any, new: Any, fn: Any) -> bool:
         step = Step(self, node, domain, frm, to, old, new)
         if fn is not None:
+            self._node_key = None  # an adapter may change the node's attributes, inputs or types
             fn(node, step)
             self.fired[str(AdapterKey(domain, node.op_type, frm, to))] += 1
         else:
             if new is not None and new.deprecated:
                 step.refuse(f"{node.op_type} was removed at opset {to} and has no rewrite to a successor")
+            if self._node_key is None:
+                self._node_key = generic.node_key(node)
+            step.node_key = self._node_key
             generic.generic_step(node, step)
+            if len(node.attributes) != len(self._node_key[1]):  # it dropped an attribute
+                self._node_key = None
             self.fired["generic"] += 1
         return step.replaced
 
