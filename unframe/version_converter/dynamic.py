@@ -33,8 +33,8 @@ def final_target(step: Step) -> int:
 def require_masks(step: Step, what: str) -> None:
     """Refuse (before any change) when the final target lacks the ops the masks are built from."""
     if final_target(step) < MIN_OPSET:
-        step.refuse(f"{what} at run time need Compress/Where (opset 9); the target opset "
-                    f"{final_target(step)} has neither")
+        step.refuse(f"{what} at run time need opset 9 ops (Where, Compress, int64 comparisons); "
+                    f"the target opset {final_target(step)} lacks them")
 
 
 def const1(step: Step, value: int) -> ir.Value:

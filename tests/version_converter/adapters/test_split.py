@@ -32,7 +32,7 @@ def test_path(name: str, targets: list[int], freeze: tuple[str, ...]) -> None:
 
 def test_runtime_split_sizes_refused_below_9() -> None:
     irm = ir.from_proto(case("test_split_variable_parts_2d_opset13").model)
-    with pytest.raises(UnsupportedError, match="Split sizes at run time need Compress"):
+    with pytest.raises(UnsupportedError, match="Split sizes at run time need opset 9"):
         convert_opset(irm, 7)
 
 
