@@ -21,7 +21,8 @@ Each rule below says why the result is the same:
   lying wholly in the padding would give the lowest value, so MaxPool widens only when every window
   holds an input element.
 * Comparisons (Equal, Less, Greater, LessOrEqual, GreaterOrEqual) and IsInf: the bool output
-  depends on the order/class of the values, which an exact widening keeps.
+  depends on the order/class of the values, which an exact widening keeps. Equal on uint64 only
+  needs equality, which Cast to int64 (same width: every bit kept) keeps.
 * Narrow-int arithmetic (Add, Sub, Mul, Div on int8/uint8/int16/uint16): computed in int32, or
   int64 for uint16 * uint16 whose product can exceed int32, so the wide result is the true
   integer result without overflow. Cast's integer narrowing discards the high bits (two's
@@ -96,6 +97,8 @@ def _candidates(node: ir.Node, step: Step, dtype: ir.DataType) -> tuple[ir.DataT
         return ()
     if op in SELECT:
         return _EXACT.get(dtype, ())
+    if op == "Equal" and dtype == _D.UINT64:
+        return (_D.INT64,)  # a same-width reinterpretation: a bijection, so equality is kept (order is not)
     if op in COMPARE:
         return _EXACT.get(dtype, ())
     if op in INT_ARITH and dtype in _NARROW_INTS:

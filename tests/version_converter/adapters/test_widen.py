@@ -22,6 +22,8 @@ PAIRS: list[tuple[str, list[int], tuple[str, ...]]] = [
     ("test_equal_uint8", [7], ()),
     ("test_greater_int16", [7], ()),
     ("test_max_uint32", [9], ()),
+    ("test_equal_uint64", [9, 7], ()),  # equality only: uint64 reinterpreted as int64
+    ("test_greater_equal_uint64", [9], ()),
     # narrow-int arithmetic in int32 (int64 for uint16 * uint16), Cast back wraps like the native op
     ("test_add_int8", [13, 7], ()),
     ("test_sub_uint8", [11], ()),
