@@ -23,7 +23,7 @@ BUILTIN_ADAPTER_MODULES = [
     f"unframe.version_converter.adapters.{name}"
     for name in ("softmax", "reduce", "split", "squeeze", "clip", "pad", "slice", "topk", "resize",
                  "bitshift",
-                 "dropout", "scatter", "variadic", "misc", "scan", "pool", "constant", "tree_ensemble", "rnn", "roi_align", "depth_to_space", "optional")
+                 "dropout", "scatter", "variadic", "misc", "scan", "pool", "constant", "tree_ensemble", "rnn", "roi_align", "depth_to_space", "batchnorm", "optional")
 ]
 
 
