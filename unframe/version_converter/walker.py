@@ -60,6 +60,7 @@ class Walker:
         self._plans: dict[tuple[str, str, int, int], list[tuple[str, int, int]]] = {}
         self._resolved_plans: dict[tuple[str, str, int, int], list[tuple[Any, ...]]] = {}
         self._node_key: tuple[Any, ...] | None = None
+        self._common: dict[tuple[str, str, int, int], frozenset[str] | None] = {}
 
     def find_adapter(self, domain: str, op: str, frm: int, to: int) -> Any:
         return self._adapters.get(AdapterKey(domain, op, frm, to))
@@ -152,11 +153,17 @@ class Walker:
         if _since_version_at(node.op_type, max(current, 1), domain) is None:
             self._block(node, f"not a known {domain or 'ai.onnx'} op at opset {current}")
             return True
+        plan = self._resolved(node.op_type, domain, current, target)
+        if plan and self._clean_plan(node, domain, current, target, plan):
+            self._opset[id(node)] = target
+            self.nodes_changed += 1
+            self.fired["generic"] += len(plan)
+            return True
         changed = False
         self._node_key = None
         at = current  # the opset whose schema the node satisfies now
         try:
-            for kind, frm, to, old, new, fn in self._resolved(node.op_type, domain, current, target):
+            for kind, frm, to, old, new, fn in plan:
                 changed = True
                 if kind == "expand":
                     assert old is not None
@@ -174,6 +181,26 @@ class Walker:
         self._opset[id(node)] = target
         self.nodes_changed += int(changed)
         return True
+
+    def _clean_plan(self, node: ir.Node, domain: str, current: int, target: int,
+                    plan: list[tuple[Any, ...]]) -> bool:
+        """True when every step of the plan is a generic step that leaves the node as it is (no
+        problem, nothing to drop or fix): then the walk only has to mark it as at the target.
+        Decided once per kind of node (op, attributes, counts, dtypes) and plan."""
+        plan_key = (domain, node.op_type, current, target)
+        if plan_key not in self._common:
+            self._common[plan_key] = _common_attributes(plan)
+        common = self._common[plan_key]
+        if common is None:
+            return False
+        extra = tuple(sorted((n, repr(a.value)) for n, a in node.attributes.items() if n not in common))
+        key = (plan_key, generic.node_key(node), extra)
+        clean = _CLEAN_PLANS.get(key)
+        if clean is None:
+            clean = _CLEAN_PLANS[key] = all(
+                generic.clean_verdict(node, Step(self, node, domain, frm, to, old, new)) == ()
+                for _, frm, to, old, new, _ in plan)
+        return clean
 
     def _expand(self, node: ir.Node, schema: Any) -> None:
         expand(node, schema, self)
@@ -254,6 +281,19 @@ class Walker:
                 self._node_key = None
             self.fired["generic"] += 1
         return step.replaced
+
+
+# (all-generic plan, node key, attributes some step's schema lacks) -> every step a clean generic
+# step (schema facts only, so shared by every walk)
+_CLEAN_PLANS: dict[tuple[Any, ...], bool] = {}
+
+
+def _common_attributes(plan: list[tuple[Any, ...]]) -> frozenset[str] | None:
+    """The attribute names every step's target schema has, for an all-generic plan; None when a step
+    is an adapter or an expansion."""
+    if not all(kind == "step" and fn is None and new is not None for kind, *_, new, fn in plan):
+        return None
+    return frozenset.intersection(*(frozenset(new.attributes) for *_, new, _ in plan))
 
 
 def _types_only_widen(domain: str, op: str, frm: int, to: int, node: ir.Node) -> bool:
