@@ -3,14 +3,23 @@ full checker and strict shape inference, run, and compared with the case's expec
 
 from __future__ import annotations
 
+import onnx_ir as ir
 import pytest
 from adapter_cases import check_path
+from onnx import TensorProto, helper
+
+from unframe.errors import UnsupportedError
+from unframe.version_converter import convert_opset
 
 PAIRS: list[tuple[str, list[int], tuple[str, ...]]] = [
     ("test_shape_start_1", [14, 15], ()),
     ("test_reshape_reordered_all_dims", [13, 14, 25], ()),
     ("test_gridsample_bicubic", [19, 20], ()),
     ("test_dft_axis", [19, 20], ("axis",)),
+    # run-time DFT axis: a chain of If nodes, one DFT(axis=a) per valid axis
+    ("test_dft_axis", [19], ()),
+    ("test_dft_rfft", [17], ()),
+    ("test_dft_inverse", [17], ()),
     ("test_gemm_default_no_bias", [10], ()),
     ("test_argmax_default_axis_random_select_last_index", [11], ()),
     ("test_argmin_default_axis_random_select_last_index", [11], ()),
@@ -22,3 +31,14 @@ PAIRS: list[tuple[str, list[int], tuple[str, ...]]] = [
 def test_path(name: str, targets: list[int], freeze: tuple[str, ...]) -> None:
     fired = check_path(name, targets, freeze)
     assert fired, "no adapter ran: the path does not exercise this family"
+
+
+def test_runtime_dft_axis_of_unknown_rank_refused() -> None:
+    graph = helper.make_graph(
+        [helper.make_node("DFT", ["x", "", "axis"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, None),
+         helper.make_tensor_value_info("axis", TensorProto.INT64, [])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    irm = ir.from_proto(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)]))
+    with pytest.raises(UnsupportedError, match="run-time DFT axis needs a known input rank"):
+        convert_opset(irm, 19)

@@ -6,6 +6,8 @@ Reshape 14->13::    Reshape(x, c, allowzero=1)   ->  Reshape(x, c)        (c con
 GridSample 19<->20:: mode bilinear/bicubic  <->  linear/cubic
 DFT 19->20::        DFT(x, n, axis=a)            ->  DFT(x, n, Constant(a))
 DFT 20->19::        DFT(x, n, axis_input)        ->  DFT(x, n, axis=folded)
+DFT 20->19::        DFT(x, n, axis) run-time     ->  If(axis' == 0, {DFT(x, n, axis=0)}, If(axis' == 1, ...
+                                                     {DFT(x, n, axis=r-2)}))   axis' = axis < 0 ? axis + r : axis
 Gemm 11->10::       Gemm(a, b)                   ->  Gemm(a, b, Constant(0))
 Constant 12->11::   Constant(value_floats=[..])  ->  Constant(value=tensor)
 """
@@ -80,15 +82,57 @@ def dft_19_20(node: ir.Node, step: Step) -> None:
 
 @adapter("DFT", 20, 19)
 def dft_20_19(node: ir.Node, step: Step) -> None:
+    require_types(step)
+    if step.input(2) is not None and step.fold(step.input(2)) is None:
+        _dft_axis_chain(node, step)
+        return
     axis = input_value(step, 2, "axis")
     axis_value = -2 if axis is None else int(axis.reshape(-1)[0])
-    require_types(step)
     drop_inputs_from(step, 2)
     n = len(node.inputs)
     while n > 1 and node.inputs[n - 1] is None:
         n -= 1
     node.resize_inputs(n)
     step.set_attr("axis", ir.AttrInt64("axis", axis_value))
+
+
+def _dft_axis_chain(node: ir.Node, step: Step) -> None:
+    """A run-time axis takes one of the r - 1 valid values: If(axis == 0, DFT(axis=0), If(axis == 1, ...)),
+    the last else branch being DFT(axis=r-2)."""
+    x = node.inputs[0]
+    rank = step.rank(x)
+    if rank is None:
+        step.refuse("a run-time DFT axis needs a known input rank before opset 20")
+    axis = step.op("Cast", [node.inputs[2]], {"to": ir.DataType.INT64})
+    negative = step.op("Less", [axis, step.const(np.asarray(0, dtype=np.int64))])
+    wrapped = step.op("Add", [axis, step.const(np.asarray(rank, dtype=np.int64))])
+    axis = step.op("Where", [negative, wrapped, axis])
+    kept = [a for a in node.attributes.values() if a.name != "axis"]
+    top = _dft_node(node, step, "DFT", list(node.inputs[:2]), [*kept, ir.AttrInt64("axis", rank - 2)])
+    for candidate in range(rank - 3, -1, -1):
+        cond = step.op("Equal", [axis, step.const(np.asarray(candidate, dtype=np.int64))])
+        then = _dft_node(node, step, "DFT", list(node.inputs[:2]), [*kept, ir.AttrInt64("axis", candidate)])
+        top = _dft_node(node, step, "If", [cond], [ir.AttrGraph("then_branch", _branch(step, then)),
+                                                    ir.AttrGraph("else_branch", _branch(step, top))])
+    step.graph.insert_before(node, top)
+    step.replace_with([top.outputs[0]])
+
+
+def _dft_node(node: ir.Node, step: Step, op: str, inputs: list[ir.Value | None], attrs: list[ir.Attr]) -> ir.Node:
+    """A DFT of one axis, or an If choosing between two; registered with the walker (as a DFT-17 /
+    If-19 node) before the walk reaches the branches it sits in."""
+    while inputs and inputs[-1] is None:
+        inputs.pop()
+    made = ir.Node("", op, inputs, attrs, name=step.walker.fresh_name(f"{node.name or 'DFT'}_{op}"))
+    out = made.outputs[0]
+    out.name = step.walker.fresh_name(f"{made.name}_out")
+    out.type = node.outputs[0].type  # each branch's shape depends on its axis (onesided halves it)
+    step.walker.register_new(made, step.to_version)
+    return made
+
+
+def _branch(step: Step, only: ir.Node) -> ir.Graph:
+    return ir.Graph([], [only.outputs[0]], nodes=[only], name=step.walker.fresh_name("dft_branch"))
 
 
 @adapter("Gemm", 11, 10)
