@@ -75,10 +75,12 @@ class Flags:
     """Per position ``j`` of ``rank``: a bool scalar "j is in axes" (negative axes count from the end).
 
     A runtime error (an out-of-range Gather) unless the axes are ``count`` distinct values in
-    [-rank, rank-1], so duplicated or out-of-range axes can't silently reduce a different set."""
+    [-rank, rank-1] and none is in ``never``, so duplicated, out-of-range or impossible axes can't
+    silently give another result. Positions in ``never`` get no If."""
 
-    def __init__(self, step: Step, axes: ir.Value, rank: int, count: int) -> None:
+    def __init__(self, step: Step, axes: ir.Value, rank: int, count: int, never: Iterable[int] = ()) -> None:
         self.step = step
+        self.never = set(never)
         op = _typed(step)
         positions = np.arange(rank, dtype=np.int64)[None, :]
         column = op("Reshape", [axes, step.const(np.array([count, 1], np.int64))], ir.DataType.INT64)
@@ -90,6 +92,11 @@ class Flags:
                   ir.DataType.INT64, to=INT64)
         found = op("ReduceSum", [mask], ir.DataType.INT64, axes=[0], keepdims=1)
         missing = op("Sub", [step.const(np.array([count], np.int64)), found], ir.DataType.INT64)
+        if self.never:
+            banned = step.const(np.array([j in self.never for j in range(rank)], np.int64))
+            hits_banned = op("ReduceSum", [op("Mul", [mask, banned], ir.DataType.INT64)], ir.DataType.INT64,
+                             axes=[0], keepdims=1)
+            missing = op("Add", [missing, hits_banned], ir.DataType.INT64)
         # zero, or an index past the end when some axis was a duplicate or out of range
         self.zero = op("Gather", [step.const(np.zeros(1, np.int64)), missing], ir.DataType.INT64, axis=0)
         checked = op("Add", [mask, self.zero], ir.DataType.INT64)
@@ -103,6 +110,8 @@ class Flags:
         """``x`` through ``then(branch, y, j)`` for each flagged position ``j``, in ``order``."""
         step, y = self.step, x
         for j in order:
+            if j in self.never:
+                continue
             yes, no = Branch(step, x.type), Branch(step, x.type)
             then_graph = yes.graph(then(yes, y, j), self.hide)
             else_graph = no.graph(y, self.hide)
