@@ -266,15 +266,21 @@ def _run_case(case: Any, targets: list[int]) -> list[dict[str, Any]]:
             else:
                 check = _checker(converted) if name == "unframe" and original_valid else ""
                 verdict, _ = _judge(converted, case, runtimes)
-                if verdict == "failed":
-                    # the other runtime may run the converted model; it may judge it only if it
-                    # does not compute the original wrong (one that does
-                    # would blame the converter for its own limitation)
+                note = ""
+                if verdict in ("failed", "wrong"):
+                    # the other runtime may judge the converted model too, but only if it does not
+                    # compute the original wrong (one that does would blame the converter for its
+                    # own limitation). A model one runtime computes wrong and the other right is
+                    # counted correct and listed as a runtime disagreement: one of them has a bug.
                     others = [r for r in ("ort", "ref") if r not in runtimes
                               and _judge(model, case, [r])[0] != "wrong"]
-                    if others:
-                        verdict, _ = _judge(converted, case, others)
-                note = f"checker: {check}" if check else ""
+                    second = _judge(converted, case, others)[0] if others else verdict
+                    if verdict == "failed":
+                        verdict = second
+                    elif second == "correct":
+                        verdict = "correct"
+                        row[f"{name}_disagree"] = f"{runtimes[0]} computes it wrong, {others[0]} right"
+                note = f"checker: {check}" if check else note
                 if check and verdict == "correct":
                     verdict = "failed"
             row[name] = verdict
@@ -351,6 +357,11 @@ def main() -> None:
     bad = [r for r in rows if r["unframe"] in ("wrong", "failed", "crash")]
     for r in sorted(bad, key=lambda r: (r["case"], r["target"]))[:400]:
         print(f"{r['unframe']:7s} {r['case']} {r['source']}->{r['target']} {r['unframe_note'][:200]}")
+    for name in ("unframe", "onnx"):
+        split = [r for r in rows if r.get(f"{name}_disagree")]
+        print(f"runtime disagreements counted correct for {name}: {len(split)}")
+        for r in sorted(split, key=lambda r: (r["case"], r["target"])):
+            print(f"  {r['case']} {r['source']}->{r['target']}: {r[f'{name}_disagree']}")
     elapsed = time.time() - started
     print(f"{len(indices)} cases, {len(rows)} pairs, {elapsed:.0f}s")
     if args.json:

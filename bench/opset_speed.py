@@ -5,10 +5,14 @@ torch, exported with the TorchScript exporter at opset 11 and 14; a scikit-learn
 converted up to the newest opset and down to 11/13: median wall time of the conversion call on a model
 already in memory (unframe: onnx_ir.Model, onnx: ModelProto), and of load + convert + save.
 
+Zoo (``--zoo``): every model of the reference zoo (torch, Keras and scikit-learn architectures,
+``model_zoo/manifest.toml``) built into a temp dir, converted up to the newest opset and down to
+opset 9 by both converters: median CPU time of the conversion call (from a ModelProto for both).
+
 Memory: a synthetic opset-10 model with 2.5 GB of external data (written to a temp dir) converted to
 the newest opset in a fresh process; peak RSS of load + convert + save (weights stay in place).
 
-    python bench/opset_speed.py [--write docs/benchmarks/version_converter.md] [--skip-memory]
+    python bench/opset_speed.py [--write docs/benchmarks/version_converter.md] [--skip-memory] [--zoo]
 """
 
 from __future__ import annotations
@@ -109,7 +113,7 @@ def _sklearn(folder: Path) -> Path:
 
 
 
-def time_pair(path: Path, target: int, repeat: int) -> dict[str, Any]:
+def time_pair(path: Path, target: int, repeat: int, cpu_only: bool = False) -> dict[str, Any]:
     import onnx
     import onnx.version_converter
     import onnx_ir as ir
@@ -137,13 +141,59 @@ def time_pair(path: Path, target: int, repeat: int) -> dict[str, Any]:
 
     # from_proto is part of the unframe figure: the onnx converter works on a proto directly
     for key, fn in (("unframe_s", unframe_convert), ("onnx_s", onnx_convert),
-                    ("unframe_e2e_s", unframe_e2e), ("onnx_e2e_s", onnx_e2e)):
+                    ("unframe_e2e_s", unframe_e2e), ("onnx_e2e_s", onnx_e2e),
+                    ("unframe_cpu_s", unframe_convert), ("onnx_cpu_s", onnx_convert)):
+        if cpu_only and not key.endswith("cpu_s"):
+            continue
+        timer = benchlib.median_cpu_time if key.endswith("cpu_s") else benchlib.median_time
         try:
-            row[key] = benchlib.median_time(fn, repeat)
+            row[key] = timer(fn, repeat)
         except Exception as exc:
             row[key] = None
             row[key + "_error"] = f"{type(exc).__name__}: {str(exc)[:120]}"
     return row
+
+
+def _cell(row: dict[str, Any], key: str) -> str:
+    if isinstance(row.get(key), float):
+        return f"{row[key]:.4f}"
+    return f"error ({row.get(key + '_error', '')[:50]})"
+
+
+def zoo_table(repeat: int, newest: int) -> str:
+    """Both converters over the built reference zoo, up to ``newest`` and down to 9: CPU time."""
+    import math
+
+    import onnx
+
+    from unframe.zoo.build import build_zoo, default_manifest
+
+    lines = ["| zoo model | nodes | source | target | unframe cpu s | onnx cpu s | speed-up |",
+             "|---|---|---|---|---|---|---|"]
+    ratios: list[float] = []
+    with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for outcome in build_zoo(default_manifest(), out_dir=Path(tmp)):
+            if outcome.status not in ("built", "already built") or not outcome.path.exists():
+                lines.append(f"| {outcome.name} | - | - | - | not built: {outcome.reason[:60]} | - | - |")
+                continue
+            proto = onnx.load(outcome.path)
+            source = next(o.version for o in proto.opset_import if o.domain in ("", "ai.onnx"))
+            for target in sorted({newest, 9} - {source}):
+                row = time_pair(outcome.path, target, repeat, cpu_only=True)
+                u, o = row["unframe_cpu_s"], row["onnx_cpu_s"]
+                if u and o:
+                    ratios.append(o / u)
+                lines.append(f"| {outcome.name} | {row['nodes']} | {source} | {target} | "
+                             f"{_cell(row, 'unframe_cpu_s')} | {_cell(row, 'onnx_cpu_s')} | "
+                             f"{f'{o / u:.1f}x' if u and o else '-'} |")
+                print(lines[-1], flush=True)
+    if ratios:
+        geo = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
+        lines.append(f"\nBoth converted {len(ratios)} (model, target) pairs: unframe faster on "
+                     f"{sum(r > 1 for r in ratios)}, geometric-mean speed-up {geo:.1f}x "
+                     f"(min {min(ratios):.1f}x, max {max(ratios):.1f}x).")
+    return "\n".join(lines) + "\n"
 
 
 # -- memory ---------------------------------------------------------------------------------------
@@ -236,6 +286,7 @@ def main() -> None:
     parser.add_argument("--skip-memory", action="store_true")
     parser.add_argument("--memory-only", action="store_true")
     parser.add_argument("--write", type=Path)
+    parser.add_argument("--zoo", action="store_true", help="also time both converters over the reference zoo")
     parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -246,8 +297,9 @@ def main() -> None:
     from unframe.opset import newest_opset
 
     newest = newest_opset()
-    lines = ["| model | nodes | weights MB | target | unframe s | onnx s | speed-up | unframe load+convert+save s | onnx load+convert+save s |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| model | nodes | weights MB | target | unframe s | onnx s | speed-up | unframe cpu s | onnx cpu s | "
+             "cpu speed-up | unframe load+convert+save s | onnx load+convert+save s |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     with tempfile.TemporaryDirectory() as tmp:
         models = {} if args.memory_only else build_models(Path(tmp))
         for name, path in models.items():
@@ -257,14 +309,18 @@ def main() -> None:
                 u, o = row["unframe_s"], row["onnx_s"]
                 ratio = f"{o / u:.1f}x" if u and o else "-"
                 fmt = lambda v: f"{v:.3f}" if isinstance(v, float) else "error"  # noqa: E731
+                uc, oc = row["unframe_cpu_s"], row["onnx_cpu_s"]
                 line = (f"| {name} | {row['nodes']} | {row['weights_mb']:.0f} | {source}->{target} | {fmt(u)} | "
                         f"{fmt(o)}{' (' + row['onnx_s_error'][:60] + ')' if o is None else ''} | {ratio} | "
+                        f"{fmt(uc)} | {fmt(oc)} | {f'{oc / uc:.1f}x' if uc and oc else '-'} | "
                         f"{fmt(row['unframe_e2e_s'])} | {fmt(row['onnx_e2e_s'])} |")
                 if u is None:
                     line += f" unframe: {row.get('unframe_s_error')}"
                 lines.append(line)
                 print(line, flush=True)
     text = "" if args.memory_only else "\n".join(lines) + "\n"
+    if args.zoo and not args.memory_only:
+        text += "\n" + zoo_table(args.repeat, newest)
     if not args.skip_memory:
         mem = measure_memory(newest)
         print(mem)
