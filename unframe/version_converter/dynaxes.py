@@ -82,14 +82,20 @@ class Flags:
         self.step = step
         self.never = set(never)
         op = _typed(step)
-        positions = np.arange(rank, dtype=np.int64)[None, :]
-        column = op("Reshape", [axes, step.const(np.array([count, 1], np.int64))], ir.DataType.INT64)
-        hits = op("Or", [op("Equal", [column, step.const(positions)], ir.DataType.BOOL),
-                         op("Equal", [column, step.const(positions - rank)], ir.DataType.BOOL)], ir.DataType.BOOL)
-        per_pos = op("ReduceSum", [op("Cast", [hits], ir.DataType.INT64, to=INT64)],
-                     ir.DataType.INT64, axes=[0], keepdims=0)
-        mask = op("Cast", [op("Cast", [per_pos], ir.DataType.BOOL, to=BOOL)],
-                  ir.DataType.INT64, to=INT64)
+        mask = _mask(step, axes, rank, count)
+        self.zero = self._guard(mask, rank, count)
+        checked = op("Add", [mask, self.zero], ir.DataType.INT64)
+        self.flags = [op("Cast", [op("Gather", [checked, step.const(np.int64(j))], ir.DataType.INT64, axis=0)],
+                         ir.DataType.BOOL, to=BOOL) for j in range(rank)]
+        self.hide: ir.Value | None = None
+        if step.walker.targets.get("", 0) < IF_MIXED_SHAPES:
+            # a run-time -1 (from the guard), so that shape inference can't see through the Reshape
+            self.hide = op("Sub", [self.zero, step.const(np.ones(1, np.int64))], ir.DataType.INT64)
+
+    def _guard(self, mask: ir.Value, rank: int, count: int) -> ir.Value:
+        """int64[1] zero; an out-of-range Gather when fewer than ``count`` positions are hit (a duplicate
+        or out-of-range axis) or a position in ``never`` is."""
+        step, op = self.step, _typed(self.step)
         found = op("ReduceSum", [mask], ir.DataType.INT64, axes=[0], keepdims=1)
         missing = op("Sub", [step.const(np.array([count], np.int64)), found], ir.DataType.INT64)
         if self.never:
@@ -97,14 +103,7 @@ class Flags:
             hits_banned = op("ReduceSum", [op("Mul", [mask, banned], ir.DataType.INT64)], ir.DataType.INT64,
                              axes=[0], keepdims=1)
             missing = op("Add", [missing, hits_banned], ir.DataType.INT64)
-        # zero, or an index past the end when some axis was a duplicate or out of range
-        self.zero = op("Gather", [step.const(np.zeros(1, np.int64)), missing], ir.DataType.INT64, axis=0)
-        checked = op("Add", [mask, self.zero], ir.DataType.INT64)
-        self.flags = [op("Cast", [op("Gather", [checked, step.const(np.int64(j))], ir.DataType.INT64, axis=0)],
-                         ir.DataType.BOOL, to=BOOL) for j in range(rank)]
-        self.hide: ir.Value | None = None
-        if step.walker.targets.get("", 0) < IF_MIXED_SHAPES:
-            self.hide = op("Sub", [self.zero, step.const(np.ones(1, np.int64))], ir.DataType.INT64)
+        return op("Gather", [step.const(np.zeros(1, np.int64)), missing], ir.DataType.INT64, axis=0)
 
     def apply(self, x: ir.Value, order: Iterable[int], then: BranchFn) -> ir.Value:
         """``x`` through ``then(branch, y, j)`` for each flagged position ``j``, in ``order``."""
@@ -119,6 +118,20 @@ class Flags:
                                                ir.AttrGraph("else_branch", else_graph)], version=BUILD_VERSION)
             y.type = x.type
         return y
+
+
+def _mask(step: Step, axes: ir.Value, rank: int, count: int) -> ir.Value:
+    """int64[rank]: 1 where the position is one of the axes. Equal and Or on int64/bool, so that it is
+    valid down to opset 7 (Less takes no integers before 9)."""
+    op = _typed(step)
+    positions = np.arange(rank, dtype=np.int64)[None, :]
+    column = op("Reshape", [axes, step.const(np.array([count, 1], np.int64))], ir.DataType.INT64)
+    hits = op("Or", [op("Equal", [column, step.const(positions)], ir.DataType.BOOL),
+                     op("Equal", [column, step.const(positions - rank)], ir.DataType.BOOL)], ir.DataType.BOOL)
+    per_position = op("ReduceSum", [op("Cast", [hits], ir.DataType.INT64, to=INT64)],
+                      ir.DataType.INT64, axes=[0], keepdims=0)
+    # a duplicate counts once, so the guard sees fewer positions than axes
+    return op("Cast", [op("Cast", [per_position], ir.DataType.BOOL, to=BOOL)], ir.DataType.INT64, to=INT64)
 
 
 def _typed(step: Step) -> Callable[..., ir.Value]:

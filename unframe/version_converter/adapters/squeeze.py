@@ -58,6 +58,8 @@ def _runtime_axes(node: ir.Node, step: Step, axes: ir.Value) -> None:
     # branch that would): the axes naming it fail at run time instead, as Squeeze_13 does
     dims = node.inputs[0].shape or ()
     never = [j for j, d in enumerate(dims) if squeeze and isinstance(d, int) and d != 1]
+    if squeeze and len(never) == rank:
+        step.refuse("Squeeze with run-time axes of a tensor with no dim that can be 1 always fails")
     flags = dynaxes.Flags(step, axes, positions, count, never)
     order = range(positions - 1, -1, -1) if squeeze else range(positions)
     step.replace_with([flags.apply(node.inputs[0], order, lambda branch, v, j: branch.op(
