@@ -39,6 +39,17 @@ Each rule below says why the result is the same:
   onnxruntime's Where lacks, Where selects the int64 reinterpretation of the bits (a same-width
   integer Cast keeps every bit both ways).
 
+Below opset 9 (no Where, and Greater/Less/Equal take few types):
+
+* int64/uint64 Greater/Less, and Max/Min, compare through exact halves: hi = Div(x, 2^32) (truncated),
+  lo = x - hi * 2^32, both exact as doubles (|hi| <= 2^31, |lo| < 2^32). With truncated division
+  the values sharing a hi form a contiguous run ordered by lo, and the runs are ordered by hi, so
+  a > b iff hi_a > hi_b or (hi_a == hi_b and lo_a > lo_b). Max/Min then select a * m + b * (1 - m)
+  with m the 0/1 pick in the integer type: one term is 0 and the other the chosen value, so
+  nothing overflows.
+* float Equal (Equal-7 takes bool/int32/int64 only): a == b iff neither a < b nor a > b, and
+  neither is NaN; x is NaN iff neither x < +inf nor x > -inf.
+
 Exact widenings: int8/uint8/int16/uint16 to int32, int64, float or double; int32/uint32 to int64
 or double; float16/bfloat16 to float or double; bool to unsigned ints (reductions). The Casts
 must exist at the final target for both types (bfloat16 Casts need opset 13). Anything else stays
@@ -194,7 +205,7 @@ def widen(node: ir.Node, step: Step) -> bool:
         return False
     wide = _choose(node, step, bad)
     if wide is None:
-        return _select_by_compare(node, step, bad)
+        return _select_by_compare(node, step, bad) or _before_where(node, step, bad)
     schema = step.to_schema
     inputs = []
     for i, value in enumerate(node.inputs):
@@ -260,3 +271,88 @@ def _where(step: Step, pick: ir.Value, a: ir.Value, b: ir.Value, dtype: ir.DataT
     result = step.op("Cast", [chosen], {"to": dtype})
     result.type = ir.TensorType(dtype)
     return result
+
+
+_LOW_COMPARE = {"Max": "Greater", "Min": "Less", "Greater": "Greater", "Less": "Less"}
+_FLOATS = (_D.FLOAT, _D.DOUBLE, _D.FLOAT16)
+
+
+def _before_where(node: ir.Node, step: Step, bad: dict[str, ir.DataType]) -> bool:
+    """The forms for targets below 9 (see the module docstring): int64/uint64 order through exact
+    halves, Max/Min by a 0/1 multiply, float Equal through Less/Greater."""
+    dtypes = set(bad.values())
+    if len(dtypes) != 1 or any(v is None for v in node.inputs) or not node.inputs:
+        return False
+    (dtype,) = dtypes
+    out = node.outputs[0]
+    if node.op_type == "Equal" and dtype in _FLOATS and len(node.inputs) == 2:
+        result = _float_equal(step, *node.inputs, dtype)
+    elif node.op_type in _LOW_COMPARE and dtype in (_D.INT64, _D.UINT64):
+        if node.op_type in ("Greater", "Less") and len(node.inputs) != 2:
+            return False
+        result = node.inputs[0]
+        for value in node.inputs[1:]:
+            pick = _wide_int_compare(step, _LOW_COMPARE[node.op_type], result, value, dtype)
+            result = pick if node.op_type in ("Greater", "Less") else _select(step, pick, result, value, dtype)
+        if len(node.inputs) == 1:
+            result = step.op("Identity", [result])
+    else:
+        return False
+    result.type, result.shape = out.type, out.shape
+    step.replace_with([result])
+    return True
+
+
+def _typed(value: ir.Value, dtype: ir.DataType) -> ir.Value:
+    value.type = ir.TensorType(dtype)
+    return value
+
+
+def _halves(step: Step, x: ir.Value, dtype: ir.DataType) -> tuple[ir.Value, ir.Value]:
+    """(hi, lo) of an int64/uint64: hi = x / 2^32 truncated (as int64), lo = x - hi * 2^32 (double)."""
+    import numpy as np
+
+    unit = step.const(np.asarray(1 << 32, dtype=dtype.numpy()))
+    hi = _typed(step.op("Div", [x, unit]), dtype)
+    lo = _typed(step.op("Sub", [x, _typed(step.op("Mul", [hi, unit]), dtype)]), dtype)
+    hi_int = hi if dtype == _D.INT64 else _typed(step.op("Cast", [hi], {"to": _D.INT64}), _D.INT64)
+    return hi_int, _typed(step.op("Cast", [lo], {"to": _D.DOUBLE}), _D.DOUBLE)
+
+
+def _wide_int_compare(step: Step, op: str, a: ir.Value, b: ir.Value, dtype: ir.DataType) -> ir.Value:
+    """a > b (op Greater) or a < b (Less) for int64/uint64 with double and int64 comparisons only."""
+    hi_a, lo_a = _halves(step, a, dtype)
+    hi_b, lo_b = _halves(step, b, dtype)
+    hi_a_d = _typed(step.op("Cast", [hi_a], {"to": _D.DOUBLE}), _D.DOUBLE)
+    hi_b_d = _typed(step.op("Cast", [hi_b], {"to": _D.DOUBLE}), _D.DOUBLE)
+    by_hi = _typed(step.op(op, [hi_a_d, hi_b_d]), _D.BOOL)
+    same_hi = _typed(step.op("Equal", [hi_a, hi_b]), _D.BOOL)
+    by_lo = _typed(step.op("And", [same_hi, _typed(step.op(op, [lo_a, lo_b]), _D.BOOL)]), _D.BOOL)
+    return _typed(step.op("Or", [by_hi, by_lo]), _D.BOOL)
+
+
+def _select(step: Step, pick: ir.Value, a: ir.Value, b: ir.Value, dtype: ir.DataType) -> ir.Value:
+    """pick ? a : b as a * m + b * (1 - m), m = Cast(pick): no Where before opset 9."""
+    import numpy as np
+
+    m = _typed(step.op("Cast", [pick], {"to": dtype}), dtype)
+    not_m = _typed(step.op("Sub", [step.const(np.asarray(1, dtype=dtype.numpy())), m]), dtype)
+    return _typed(step.op("Add", [_typed(step.op("Mul", [a, m]), dtype),
+                                  _typed(step.op("Mul", [b, not_m]), dtype)]), dtype)
+
+
+def _float_equal(step: Step, a: ir.Value, b: ir.Value, dtype: ir.DataType) -> ir.Value:
+    """a == b on floats with Less/Greater/And/Or/Not: ordered neither way and neither is NaN."""
+    import numpy as np
+
+    def boolean(op: str, *inputs: ir.Value) -> ir.Value:
+        return _typed(step.op(op, list(inputs)), _D.BOOL)
+
+    inf = step.const(np.asarray(np.inf, dtype=dtype.numpy()))
+    minus_inf = step.const(np.asarray(-np.inf, dtype=dtype.numpy()))
+
+    def is_number(x: ir.Value) -> ir.Value:
+        return boolean("Or", boolean("Less", x, inf), boolean("Greater", x, minus_inf))
+
+    unordered = boolean("Not", boolean("Or", boolean("Less", a, b), boolean("Greater", a, b)))
+    return boolean("And", boolean("And", unordered, is_number(a)), is_number(b))

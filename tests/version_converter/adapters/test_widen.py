@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import onnx_ir as ir
+import onnxruntime as ort
 import pytest
 from adapter_cases import check_path
 from nodecases import case
@@ -78,11 +79,70 @@ def test_int64_max_min_select_by_comparison(name: str, targets: list[int]) -> No
     assert "Where" in {n.op_type for n in ir.to_proto(irm).graph.node}
 
 
-def test_int64_has_no_exact_wider_type() -> None:
-    irm = ir.from_proto(case("test_max_int64").model)
-    with pytest.raises(UnsupportedError, match="int64"):  # Greater-7 has no int64 either
-        convert_opset(irm, 7)
-    assert isinstance(ir.to_proto(irm), onnx.ModelProto)
+BELOW_WHERE_PAIRS: list[tuple[str, list[int]]] = [
+    ("test_max_int64", [7]), ("test_min_uint64", [7]), ("test_max_uint64", [7]), ("test_min_int64", [7]),
+    ("test_greater_uint64", [7]), ("test_less_uint64", [7]),
+    ("test_greater_equal_expanded", [7]), ("test_less_equal_bcast_expanded", [9]), ("test_equal", [7]),
+]
+
+
+@pytest.mark.parametrize(("name", "targets"), BELOW_WHERE_PAIRS, ids=[p[0] for p in BELOW_WHERE_PAIRS])
+def test_compare_and_select_below_opset_9(name: str, targets: list[int]) -> None:
+    """No Where, and Greater/Less/Equal take few types: int64 order through exact halves, Max/Min by
+    a 0/1 multiply, float Equal through Less/Greater."""
+    check_path(name, targets)
+    irm = ir.from_proto(case(name).model)
+    convert_opset(irm, targets[-1])
+    assert "Where" not in {n.op_type for n in ir.to_proto(irm).graph.node}
+
+
+_EDGES_I64 = np.array([np.iinfo(np.int64).min, np.iinfo(np.int64).min + 1, -(1 << 32) - 1, -(1 << 32),
+                       -(1 << 32) + 1, -1, 0, 1, (1 << 32) - 1, 1 << 32, (1 << 32) + 1,
+                       np.iinfo(np.int64).max - 1, np.iinfo(np.int64).max], dtype=np.int64)
+_EDGES_U64 = np.array([0, 1, (1 << 32) - 1, 1 << 32, (1 << 32) + 1, (1 << 63) - 1, 1 << 63,
+                       np.iinfo(np.uint64).max - 1, np.iinfo(np.uint64).max], dtype=np.uint64)
+
+
+def _binary(op: str, dtype: int, out_dtype: int, opset: int) -> onnx.ModelProto:
+    graph = helper.make_graph([helper.make_node(op, ["a", "b"], ["y"])], "g",
+                              [helper.make_tensor_value_info("a", dtype, [None, 1]),
+                               helper.make_tensor_value_info("b", dtype, [1, None])],
+                              [helper.make_tensor_value_info("y", out_dtype, [None, None])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+@pytest.mark.parametrize("op", ["Max", "Min", "Greater", "Less"])
+@pytest.mark.parametrize("edges", [_EDGES_I64, _EDGES_U64], ids=["int64", "uint64"])
+def test_wide_int_order_at_opset_7_on_edge_values(op: str, edges: np.ndarray) -> None:
+    """Every pair of edge values (around 0, +-2^32 and the type's ends), broadcast a[:, None] op b[None, :]."""
+    dtype = onnx.helper.np_dtype_to_tensor_dtype(edges.dtype)
+    out = TensorProto.BOOL if op in ("Greater", "Less") else dtype
+    irm = ir.from_proto(_binary(op, dtype, out, 13))
+    convert_opset(irm, 7)
+    model = ir.to_proto(irm)
+    onnx.checker.check_model(model, full_check=True)
+    a, b = edges[:, None], edges[None, :]
+    want = {"Max": np.maximum, "Min": np.minimum, "Greater": np.greater, "Less": np.less}[op](a, b)
+    got = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"a": a, "b": b})[0]
+    np.testing.assert_array_equal(got, want)
+
+
+def test_float_equal_at_opset_7_on_special_values() -> None:
+    values = np.array([np.nan, -np.inf, -1.5, -0.0, 0.0, 1e-45, 1.5, np.inf], dtype=np.float32)
+    irm = ir.from_proto(_binary("Equal", TensorProto.FLOAT, TensorProto.BOOL, 13))
+    convert_opset(irm, 7)
+    model = ir.to_proto(irm)
+    onnx.checker.check_model(model, full_check=True)
+    a, b = values[:, None], values[None, :]
+    got = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"a": a, "b": b})[0]
+    np.testing.assert_array_equal(got, a == b)
+
+
+def test_equal_on_strings_has_no_form_at_opset_7() -> None:
+    with pytest.raises(UnsupportedError, match="string"):
+        convert_opset(ir.from_proto(case("test_equal_string").model), 7)
 
 
 @pytest.mark.parametrize("name", ["test_compress_bfloat16", "test_range_bfloat16_type_positive_delta",
