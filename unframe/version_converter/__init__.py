@@ -91,7 +91,7 @@ def _graphs(model: ir.Model) -> list[tuple[Any, dict[str, int]]]:
 
 
 def _run(model: ir.Model, targets: dict[str, int], proto: Any = None) -> Walker:
-    from unframe.version_converter.types import infer_types
+    from unframe.version_converter.types import fill_ranks, infer_types
 
     # types and ranks of intermediate values let adapters check dtypes and fix axes; shape
     # inference serializes the graph without large initializers, so no weight is read. The inferred
@@ -99,6 +99,7 @@ def _run(model: ir.Model, targets: dict[str, int], proto: Any = None) -> Walker:
     values = _all_values(model)
     declared = {id(v): (v.type, v.shape) for v in values}
     infer_types(model, values, proto)
+    fill_ranks([graph for graph, _ in _graphs(model)])
     walker = Walker(targets)
     for graph, imports in _graphs(model):
         walker.walk_graph(graph, imports)

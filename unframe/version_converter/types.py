@@ -127,6 +127,64 @@ def infer_types(model: ir.Model, values: list[ir.Value], proto: onnx.ModelProto 
             value.type, value.shape = type_, (shape.copy() if shape is not None else None)
 
 
+# ops whose outputs have the rank of their first input, whatever the values
+_SAME_RANK = {
+    "Identity", "Cast", "CastLike", "Split", "Slice", "Transpose", "Concat", "Pad", "Tile", "Resize",
+    "Neg", "Abs", "Relu", "Sigmoid", "Tanh", "Exp", "Log", "Sqrt", "Erf", "Softmax", "LogSoftmax",
+    "Hardmax", "Clip", "LeakyRelu", "Elu", "Selu", "Celu", "Gelu", "HardSigmoid", "HardSwish", "Mish",
+    "Softplus", "Softsign", "Not", "IsNaN", "IsInf", "Sign", "Floor", "Ceil", "Round", "Reciprocal",
+    "CumSum", "ReverseSequence", "Trilu", "Sin", "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh",
+    "Asinh", "Acosh", "Atanh", "Dropout", "LRN", "InstanceNormalization", "BatchNormalization",
+    "LayerNormalization", "MeanVarianceNormalization", "Shrink", "ThresholdedRelu",
+}
+# elementwise ops with multidirectional broadcasting: the outputs have the largest input rank
+_BROADCAST = {
+    "Add", "Sub", "Mul", "Div", "Pow", "Mod", "And", "Or", "Xor", "Equal", "Less", "Greater",
+    "LessOrEqual", "GreaterOrEqual", "Max", "Min", "Sum", "Mean", "Where", "PRelu", "BitShift",
+    "BitwiseAnd", "BitwiseOr", "BitwiseXor",
+}
+
+
+def fill_ranks(graphs: list[ir.Graph | ir.Function]) -> None:
+    """Give a rank (dims unknown) to outputs that shape inference left without a shape, where the op
+    fixes it whatever the values: onnx infers no rank for a Split with run-time sizes, for example,
+    and every value after it loses the rank that adapters need (negative axes below opset 11)."""
+    from onnx_ir.traversal import RecursiveGraphIterator
+
+    for graph in graphs:
+        for node in RecursiveGraphIterator(graph):
+            if node.domain not in ("", "ai.onnx") or all(v.shape is not None for v in node.outputs):
+                continue
+            rank = _rank_of_outputs(node)
+            if rank is None:
+                continue
+            for value in node.outputs:
+                if value.shape is None and (node.op_type != "Dropout" or value is node.outputs[0]):
+                    value.shape = ir.Shape([None] * rank)
+
+
+def _rank_of_outputs(node: ir.Node) -> int | None:
+    inputs = [v for v in node.inputs if v is not None]
+    ranks = [None if v.shape is None else len(v.shape) for v in inputs]
+    if not inputs:
+        return None
+    if node.op_type in _SAME_RANK:
+        return ranks[0]
+    if node.op_type in _BROADCAST:
+        return None if None in ranks else max(ranks)
+    if node.op_type == "Unsqueeze" and ranks[0] is not None:
+        axes = node.attributes.get("axes")
+        if axes is not None:
+            return ranks[0] + len(axes.value)
+        if len(inputs) > 1 and inputs[1].shape is not None and len(inputs[1].shape) == 1 \
+                and isinstance(inputs[1].shape[0], int):
+            return ranks[0] + inputs[1].shape[0]
+    if node.op_type == "Reshape" and len(inputs) > 1 and inputs[1].shape is not None \
+            and len(inputs[1].shape) == 1 and isinstance(inputs[1].shape[0], int):
+        return inputs[1].shape[0]
+    return None
+
+
 def _deserialize(type_proto: onnx.TypeProto) -> tuple[ir.TypeProtocol | None, ir.Shape | None]:
     try:
         return (ir.serde.deserialize_type_proto_for_type(type_proto),
