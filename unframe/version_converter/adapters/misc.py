@@ -3,6 +3,8 @@ C, Constant's typed value attributes, ArgMax/ArgMin select_last_index.
 
 Shape 15->14::      Shape(x, start=s, end=e)     ->  Slice(Shape(x), [s], [e])
 Reshape 14->13::    Reshape(x, c, allowzero=1)   ->  Reshape(x, c)        (c constant with no 0)
+                    Reshape(x, c, allowzero=1)   ->  Constant(empty, shape c)   (c constant with a 0)
+                    Reshape(x, s, allowzero=1)   ->  Tile(zeros([1]*k), s)      (x static and empty)
 GridSample 19<->20:: mode bilinear/bicubic  <->  linear/cubic
 DFT 19->20::        DFT(x, n, axis=a)            ->  DFT(x, n, Constant(a))
 DFT 20->19::        DFT(x, n, axis_input)        ->  DFT(x, n, axis=folded)
@@ -42,12 +44,41 @@ def shape_15_14(node: ir.Node, step: Step) -> None:
 
 @adapter("Reshape", 14, 13)
 def reshape_14_13(node: ir.Node, step: Step) -> None:
+    """allowzero=1: a constant shape without 0 reads the same at 13. One with a 0 (a literal empty
+    dimension, which Reshape-13 would read as "copy") gives a tensor with no elements, so the result
+    is that empty constant; a -1 beside a 0 is invalid with allowzero=1 and stays refused."""
     if step.attr("allowzero", 0):
         shape = step.fold(step.input(1))
-        if shape is None or np.any(shape == 0):
+        if shape is None:
+            _allowzero_runtime_shape(node, step)
+            return
+        if np.any(shape < 0) and np.any(shape == 0):
             step.refuse("allowzero=1 with a shape that may hold 0 does not exist before opset 14")
+        if np.any(shape == 0):
+            require_types(step)
+            empty = step.const(np.zeros([int(d) for d in shape], dtype=dtype_of(step, node.inputs[0])))
+            step.replace_with([step.op("Identity", [empty])])
+            return
         step.drop_attr("allowzero")
     generic_step(node, step)
+
+
+def _allowzero_runtime_shape(node: ir.Node, step: Step) -> None:
+    """A run-time shape with allowzero=1, decided by the data's static size: data with elements can
+    only take a shape without 0 (so allowzero changes nothing); data with none gives a tensor with no
+    elements of that shape, which Tile(zeros([1] * k), shape) is (Tile takes run-time repeats)."""
+    data = step.static_shape(node.inputs[0])
+    length = step.static_shape(node.inputs[1])
+    if data is None or (int(np.prod(data)) == 0 and (length is None or len(length) != 1)):
+        step.refuse("allowzero=1 with a run-time shape needs the data's static shape (and the shape's "
+                    "length when the data is empty) before opset 14")
+    require_types(step)
+    if int(np.prod(data)):
+        step.drop_attr("allowzero")
+        generic_step(node, step)
+        return
+    zeros = step.const(np.zeros([1] * length[0], dtype=dtype_of(step, node.inputs[0])))
+    step.replace_with([step.op("Tile", [zeros, node.inputs[1]])])
 
 
 _MODES_20 = {"bilinear": "linear", "bicubic": "cubic", "nearest": "nearest"}
