@@ -8,6 +8,9 @@
                                                   the run-time form below
 10->9::  Slice(x, s, e, a, t) run-time        ->  per sliced axis:
                                                   Compress(Gather(x, order), mask, axis)  (see dynamic.py)
+                                                  below opset 9 (final target 7/8):
+                                                  Gather(x, s' + t' * arange(count), axis), arange
+                                                  scanned out by a Loop (see dynamic.py)
          run-time axes (static rank r): every axis d < r is sliced with the start/end/step whose axis
          is d (ReduceSum(Where(Equal(axes, d), starts, 0))), or the whole axis when none is
 """
@@ -45,7 +48,7 @@ def slice_10_9(node: ir.Node, step: Step) -> None:
         if steps is None or np.all(steps == 1):
             _to_attributes(node, step, starts, ends, axes)
             return
-        if _static_lengths(node, axes, steps) or dyn.final_target(step) < dyn.MIN_OPSET:
+        if _static_lengths(node, axes, steps):
             _strided_gather(node, step, starts, ends, axes, steps)
             return
     _runtime_slice(node, step, folded)
@@ -81,7 +84,7 @@ def _sliced_shape(x: ir.Value, axes: list[int], starts: np.ndarray | None, ends:
     dims: list[int | None] = [d if isinstance(d, int) else None for d in x.shape]
     for j, axis in enumerate(axes):
         known = dims[axis] is not None and starts is not None and ends is not None and steps is not None
-        dims[axis] = len(range(dims[axis])[slice(int(starts[j]), int(ends[j]), int(steps[j]))]) if known else None
+        dims[axis] = len(_picked(dims[axis], int(starts[j]), int(ends[j]), int(steps[j]))) if known else None
     return ir.Shape(dims)
 
 
@@ -90,13 +93,21 @@ def _static_lengths(node: ir.Node, axes: list[int], steps: np.ndarray) -> bool:
     return shape is not None and all(isinstance(shape[axes[j]], int) for j, t in enumerate(steps) if t != 1)
 
 
+def _picked(length: int, start: int, end: int, stride: int) -> list[int]:
+    """The indices Slice-13 takes along an axis of ``length``. Not Python's slicing: backwards, a
+    start before the axis clamps to 0 (its first element is taken), where Python takes nothing."""
+    start, end = (v + length if v < 0 else v for v in (start, end))
+    back = int(stride < 0)
+    start = min(max(start, 0), length - back)
+    end = min(max(end, -back), length - back)
+    return list(range(start, end, stride))
+
+
 def _strided_gather(node: ir.Node, step: Step, starts: np.ndarray, ends: np.ndarray, axes: list[int],
                     steps: np.ndarray) -> None:
     """Axes stepping by 1 stay a Slice-9; every other axis takes the exact index list Slice-13's
-    clamping gives (Python's slice.indices clamps the same way) through a Gather."""
+    clamping gives through a Gather."""
     x = node.inputs[0]
-    if not _static_lengths(node, axes, steps):
-        step.refuse("steps other than 1 need a static length on the stepped axes below opset 9")
     shape = x.shape
     strided = [j for j, t in enumerate(steps) if t != 1]
     out = x
@@ -108,8 +119,8 @@ def _strided_gather(node: ir.Node, step: Step, starts: np.ndarray, ends: np.ndar
                                                     steps[plain])
     for j in strided:
         length = int(shape[axes[j]])
-        picked = range(length)[slice(int(starts[j]), int(ends[j]), int(steps[j]))]
-        taken = step.op("Gather", [out, step.const(np.asarray(list(picked), dtype=np.int64))], {"axis": axes[j]})
+        picked = _picked(length, int(starts[j]), int(ends[j]), int(steps[j]))
+        taken = step.op("Gather", [out, step.const(np.asarray(picked, dtype=np.int64))], {"axis": axes[j]})
         taken.type, taken.shape = x.type, _sliced_shape(out, [axes[j]], starts[[j]], ends[[j]], steps[[j]])
         out = taken
     step.replace_with([out])
@@ -117,7 +128,6 @@ def _strided_gather(node: ir.Node, step: Step, starts: np.ndarray, ends: np.ndar
 
 def _runtime_slice(node: ir.Node, step: Step, folded: list[np.ndarray | None]) -> None:
     x = node.inputs[0]
-    dyn.require_masks(step, "Slice starts/ends")
     rank = step.rank(x)
     starts_value = step.input(1)
     count = None if starts_value is None or starts_value.shape is None else starts_value.shape[0]
