@@ -5,7 +5,9 @@
 13->12::  Split(x, split) run-time, n outs ->  Slice(x, [o_i], [o_i + s_i], [axis]) for each output i,
                                                s_i = Gather(split, [i]), o_0 = [0], o_i+1 = o_i + s_i
                                                (Slice-10 takes run-time starts/ends; at opset 9 the
-                                               Slice adapter makes each a Compress; refused below 9)
+                                               Slice adapter makes each a Compress)
+13->12::  same, final target below 9           ->  Gather(x, o_i + arange(s_i), axis) for each output i
+                                               (arange from a Loop, see dynamic.py)
 17->18::  Split(x) with n outputs          ->  Split(x, num_outputs=n)  (18 needs one of the two)
 18->17::  Split(x, num_outputs=n)          ->  Split(x) when the axis divides evenly, else
                                                Split(x, Constant(sizes)) from the static dim
@@ -13,7 +15,6 @@
 
 from __future__ import annotations
 
-import numpy as np
 import onnx_ir as ir
 
 from unframe.version_converter import dynamic as dyn
@@ -59,15 +60,19 @@ def _runtime_split(node: ir.Node, step: Step) -> None:
     rank = step.rank(x)
     if axis < 0 and rank is None:
         step.refuse("a negative axis needs a known input rank below opset 11")
-    dyn.require_masks(step, "Split sizes")
     axis = axis % rank if axis < 0 else axis
     axes = dyn.const1(step, axis)
     start = dyn.const1(step, 0)
     parts = []
     for i in range(len(node.outputs)):
-        end = dyn.op(step, "Add", [start, dyn.op(step, "Gather", [sizes, step.const(np.asarray([i], dtype=np.int64))])])
-        part = step.op("Slice", [x, start, end, axes])
-        part.type = x.type
+        size = dyn.op(step, "Gather", [sizes, dyn.const1(step, i)])
+        end = dyn.op(step, "Add", [start, size])
+        if dyn.low(step):  # no run-time Slice: the part's positions are gathered
+            positions = dyn.op(step, "Add", [start, dyn.arange(step, size)])
+            part = dyn.op(step, "Gather", [x, positions], x.type, axis=axis)
+        else:
+            part = step.op("Slice", [x, start, end, axes])
+            part.type = x.type
         parts.append(part)
         start = end
     step.replace_with(parts)
