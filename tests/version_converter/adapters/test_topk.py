@@ -3,10 +3,14 @@ full checker and strict shape inference, run, and compared with the case's expec
 
 from __future__ import annotations
 
+import numpy as np
+import onnx
 import onnx_ir as ir
+import onnxruntime as ort
 import pytest
 from adapter_cases import check_path
 from nodecases import case
+from onnx.reference import ReferenceEvaluator
 
 from unframe.errors import UnsupportedError
 from unframe.version_converter import convert_opset
@@ -19,6 +23,11 @@ PAIRS: list[tuple[str, list[int], tuple[str, ...]]] = [
     ("test_top_k", [9], ()),
     ("test_top_k_negative_axis", [9], ()),
     ("test_top_k_smallest", [9], ()),
+    # below opset 9: the first k gathered through a Loop-made arange
+    ("test_top_k", [7], ()),
+    ("test_top_k_negative_axis", [7], ()),
+    ("test_top_k_smallest", [7], ()),
+    ("test_top_k", [8], ()),
 ]
 
 
@@ -28,7 +37,27 @@ def test_path(name: str, targets: list[int], freeze: tuple[str, ...]) -> None:
     assert fired, "no adapter ran: the path does not exercise this family"
 
 
-def test_runtime_k_refused_below_9() -> None:
-    irm = ir.from_proto(case("test_top_k").model)
-    with pytest.raises(UnsupportedError, match="TopK k at run time need opset 9"):
+def test_runtime_k_on_an_axis_of_unknown_length_refused() -> None:
+    model = case("test_top_k").model
+    model.graph.input[0].type.tensor_type.shape.dim[1].dim_param = "n"
+    irm = ir.from_proto(model)
+    with pytest.raises(UnsupportedError, match="a run-time k needs a static length on the TopK axis"):
         convert_opset(irm, 7)
+
+
+def test_runtime_k_at_7_in_both_runtimes() -> None:
+    """k = 0, 1 and the whole axis: both runtimes give the original's values and indices."""
+    model = case("test_top_k").model
+    irm = ir.from_proto(model)
+    convert_opset(irm, 7)
+    converted = ir.to_proto(irm)
+    onnx.checker.check_model(converted, full_check=True)
+    session = ort.InferenceSession(converted.SerializeToString(), providers=["CPUExecutionProvider"])
+    original = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    names = [i.name for i in model.graph.input]
+    x = np.random.default_rng(0).standard_normal([3, 4]).astype(np.float32)
+    for k in (0, 1, 4):
+        feeds = dict(zip(names, (x, np.asarray([k], dtype=np.int64)), strict=True))
+        want = original.run(None, feeds)
+        for got in (session.run(None, feeds), ReferenceEvaluator(converted).run(None, feeds)):
+            assert all(g.shape == w.shape and np.array_equal(g, w) for g, w in zip(got, want, strict=True)), k

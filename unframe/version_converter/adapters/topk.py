@@ -3,8 +3,9 @@
 9->10::   TopK(x, k=3)        ->  TopK(x, Constant([3]))
 10->9::   TopK(x, k_input)    ->  TopK(x, k=folded)
 10->9::   TopK(x, k) run-time ->  v, i = TopK(x, k=D); Compress(v, arange(D) < k), Compress(i, ...)
-                                  (a static axis length D, final target >= 9: the first k of the
-                                  full sort are the top k, ties lower index first either way)
+                                  (a static axis length D: the first k of the full sort are the
+                                  top k, ties lower index first either way)
+          final target below 9    ->  Gather(v, arange(k)), Gather(i, arange(k))  (Loop-made arange)
 11->10::  TopK(x, k, largest=0)  ->  v, i = TopK(Neg(x), k); (Neg(v), i)
                                   (equal values stay equal under Neg, so ties keep lower index first;
                                   sorted=0 leaves the order unspecified, sorted output is one of them)
@@ -40,15 +41,18 @@ def topk_10_9(node: ir.Node, step: Step) -> None:
     axis = step.attr("axis", -1)
     if rank is None or not isinstance(x.shape[axis % rank], int):
         step.refuse("a run-time k needs a static length on the TopK axis before opset 10")
-    dyn.require_masks(step, "TopK k")
     axis %= rank
     length = int(x.shape[axis])
     full = step.add_node("TopK", [x], {"axis": axis, "k": length}, num_outputs=2)
-    keep = dyn.less(step, step.const(np.arange(length, dtype=np.int64)), dyn.as_int64(step, node.inputs[1]))
+    k = dyn.as_int64(step, node.inputs[1])
+    if dyn.low(step):  # no Compress: the first k positions are gathered
+        first, kept = dyn.arange(step, k), "Gather"
+    else:
+        first, kept = dyn.less(step, step.const(np.arange(length, dtype=np.int64)), k), "Compress"
     outs = []
     for sorted_all, old in zip(full.outputs, node.outputs, strict=True):
         sorted_all.type, sorted_all.shape = old.type, x.shape
-        outs.append(dyn.op(step, "Compress", [sorted_all, keep], old.type, axis=axis))
+        outs.append(dyn.op(step, kept, [sorted_all, first], old.type, axis=axis))
     step.replace_with(outs)
 
 
