@@ -120,14 +120,19 @@ def _set_imports(owner: Any, targets: dict[str, int]) -> None:
             imports[domain] = version
 
 
-def _final_check(original: ir.Model | Any, work: ir.Model, targets: dict[str, int], walker: Walker) -> None:
+def _final_check(original: ir.Model | Any, work: ir.Model, targets: dict[str, int], walker: Walker,
+                 snapshot: Any = None) -> None:
     """Refuse a result the ONNX checker rejects (when the original, a model or its snapshot proto,
     passes it): a safety net for what the adapters could not see, e.g. a dtype of an untyped value
-    inside an expansion."""
+    inside an expansion. With the ``snapshot``, the nodes the walk left as they were are not
+    serialized again; a complaint about that patched proto is confirmed on the full one."""
     from unframe.version_converter.types import checker_error
 
     _finish(work, targets)  # idempotent: convert_opset finishes the same model again
-    problem = checker_error(work)
+    patched = snapshot.patched(work, walker.untouched) if snapshot is not None else None
+    problem = checker_error(patched) if patched is not None else "unchecked"
+    if problem:
+        problem = checker_error(work)
     if problem and not checker_error(original):
         walker.blockers.append(Blocker(op="(model)", reason=f"the converted model fails the ONNX checker: {problem}"))
 
@@ -175,7 +180,7 @@ def convert_opset(model: ir.Model, target: int, *, ml_target: int | None = None)
         snapshot = Snapshot.take(model)
         walker = _run(model, targets, snapshot.proto)
         if not walker.blockers:
-            _final_check(snapshot.proto, model, targets, walker)
+            _final_check(snapshot.proto, model, targets, walker, snapshot)
         if walker.blockers:
             snapshot.restore(model)
             model.ir_version = ir_version

@@ -97,7 +97,8 @@ class Step:
 
     def const(self, array: Any, dtype: Any = None) -> ir.Value:
         arr = np.asarray(array, dtype=dtype)
-        tensor = ir.tensor(arr)
+        # ir.Tensor, not ir.tensor(): the convenience function's Protocol checks cost ~0.1 ms a call
+        tensor = ir.Tensor(arr) if arr.dtype.kind in "biuf" else ir.tensor(arr)
         graph = self.graph
         if self.walker.targets.get("", 99) < 9 and arr.dtype.kind != "f" and isinstance(graph, ir.Graph):
             # Constant only holds float tensors before opset 9: an initializer holds anything
@@ -135,6 +136,14 @@ def _to_attrs(attributes: Mapping[str, Any] | Iterable[ir.Attr]) -> list[ir.Attr
     for name, value in attributes.items():
         if isinstance(value, ir.Attr):
             out.append(value)
+        elif isinstance(value, (bool, int, np.integer)):  # a DataType too (an IntEnum): Cast's "to"
+            out.append(ir.AttrInt64(name, int(value)))  # the common cases without Protocol checks
+        elif isinstance(value, (float, np.floating)):
+            out.append(ir.AttrFloat32(name, float(value)))
+        elif isinstance(value, str):
+            out.append(ir.AttrString(name, value))
+        elif isinstance(value, ir.Tensor):
+            out.append(ir.AttrTensor(name, value))
         elif isinstance(value, (list, tuple)) and value and all(isinstance(v, (int, np.integer)) for v in value):
             out.append(ir.AttrInt64s(name, [int(v) for v in value]))
         elif isinstance(value, (list, tuple)) and all(isinstance(v, (float, np.floating, int)) for v in value):

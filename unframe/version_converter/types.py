@@ -42,11 +42,44 @@ class Snapshot:
     ``light_proto`` plus the large initializer values it left out. ``restore`` puts the model back
     as it was (the large initializers are the original values, so no weight is read or copied)."""
 
-    def __init__(self, proto: onnx.ModelProto, large: list[ir.Value], added: set[str], order: list[str]) -> None:
+    def __init__(self, proto: onnx.ModelProto, large: list[ir.Value], added: set[str], order: list[str],
+                 positions: dict[int, int]) -> None:
         self.proto = proto
         self.large = large
         self.added = added  # names of the graph inputs that only stand in for a large initializer
         self.order = order  # the initializers' names in their original order
+        self.positions = positions  # id of each main-graph node -> its index in proto.graph.node
+
+    def patched(self, model: ir.Model, untouched: set[int]) -> onnx.ModelProto | None:
+        """The light proto of ``model`` after a conversion, without serializing the ``untouched``
+        main-graph nodes again (their snapshot protos are reused): the same as ``light_proto`` but
+        for value_info entries of values that may be gone. None where that shortcut does not
+        apply (before IR 4 initializers are also graph inputs)."""
+        if model.ir_version < 4:
+            return None
+        proto = onnx.ModelProto()
+        proto.CopyFrom(self.proto)
+        proto.ir_version = model.ir_version
+        del proto.opset_import[:]
+        for domain, version in model.opset_imports.items():
+            proto.opset_import.append(onnx.helper.make_opsetid(domain, version))
+        graph = proto.graph
+        del graph.node[:]
+        nodes = self.proto.graph.node
+        for node in model.graph:
+            index = self.positions.get(id(node))
+            if index is not None and id(node) in untouched:
+                graph.node.append(nodes[index])
+            else:
+                graph.node.append(ir.serde.serialize_node(node))
+        known = {t.name for t in graph.initializer} | self.added
+        for value in model.graph.initializers.values():
+            if value.name not in known:  # added by an adapter (typed constants below opset 9)
+                graph.initializer.append(ir.serde.serialize_tensor(value.const_value))
+        del proto.functions[:]
+        for function in model.functions.values():
+            proto.functions.append(ir.serde.serialize_function(function))
+        return proto
 
     @classmethod
     def take(cls, model: ir.Model) -> Snapshot:
@@ -71,7 +104,8 @@ class Snapshot:
                     ir.serde.serialize_shape_into(info.type, value.shape)
                 proto.graph.input.append(info)
                 added.add(value.name)
-        return cls(proto, large, added, [v.name for v in everything])
+        return cls(proto, large, added, [v.name for v in everything],
+                   {id(node): i for i, node in enumerate(model.graph)})
 
     def restore(self, model: ir.Model) -> None:
         """Make ``model`` what it was when the snapshot was taken."""

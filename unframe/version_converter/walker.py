@@ -60,6 +60,7 @@ class Walker:
         self._plans: dict[tuple[str, str, int, int], list[tuple[str, int, int]]] = {}
         self._resolved_plans: dict[tuple[str, str, int, int], list[tuple[Any, ...]]] = {}
         self._node_key: tuple[Any, ...] | None = None
+        self.untouched: set[int] = set()  # ids of nodes the walk left exactly as they were
         self._common: dict[tuple[str, str, int, int], frozenset[str] | None] = {}
 
     def find_adapter(self, domain: str, op: str, frm: int, to: int) -> Any:
@@ -154,10 +155,12 @@ class Walker:
             self._block(node, f"not a known {domain or 'ai.onnx'} op at opset {current}")
             return True
         plan = self._resolved(node.op_type, domain, current, target)
-        if plan and self._clean_plan(node, domain, current, target, plan):
+        if not plan or self._clean_plan(node, domain, current, target, plan):
             self._opset[id(node)] = target
-            self.nodes_changed += 1
+            self.nodes_changed += int(bool(plan))
             self.fired["generic"] += len(plan)
+            if not any(a.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS) for a in node.attributes.values()):
+                self.untouched.add(id(node))  # serializes as before (its subgraphs may have changed)
             return True
         changed = False
         self._node_key = None
