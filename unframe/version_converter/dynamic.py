@@ -51,13 +51,6 @@ def final_target(step: Step) -> int:
     return step.walker.targets.get("", step.to_version)
 
 
-def require_masks(step: Step, what: str) -> None:
-    """Refuse (before any change) when the final target lacks the ops the masks are built from."""
-    if final_target(step) < MIN_OPSET:
-        step.refuse(f"{what} at run time need opset 9 ops (Where, Compress, int64 comparisons); "
-                    f"the target opset {final_target(step)} lacks them")
-
-
 def low(step: Step) -> bool:
     """True when the final target lacks the mask ops: the opset-1 forms below are built instead."""
     return final_target(step) < MIN_OPSET

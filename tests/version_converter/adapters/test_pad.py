@@ -3,12 +3,15 @@ full checker and strict shape inference, run, and compared with the case's expec
 
 from __future__ import annotations
 
+import numpy as np
 import onnx
 import onnx_ir as ir
+import onnxruntime as ort
 import pytest
 from adapter_cases import check_path
 from nodecases import case
 from onnx import TensorProto, helper
+from onnx.reference import ReferenceEvaluator
 
 from unframe.errors import UnsupportedError
 from unframe.version_converter import convert_opset
@@ -26,6 +29,11 @@ PAIRS: list[tuple[str, list[int], tuple[str, ...]]] = [
     ("test_constant_pad_axes", [17], ()),
     ("test_constant_pad_axes", [9], ()),
     ("test_constant_pad_negative_axes", [11], ()),
+    # below opset 9: Tile blocks, 0/1-product selects, the Slice a Gather; axes by Mul + ReduceSum
+    ("test_constant_pad", [7], ()),
+    ("test_constant_pad", [8], ()),
+    ("test_constant_pad_axes", [7], ()),
+    ("test_constant_pad_negative_axes", [7], ()),
     # wrap: a Gather of the wrapped positions (constant), Range/Mod (run-time, from opset 11)
     ("test_wrap_pad", [18, 7], ("pads",)),
     ("test_wrap_pad", [17], ()),
@@ -45,8 +53,55 @@ def _refused(name: str, target: int, reason: str) -> None:
         convert_opset(irm, target)
 
 
-def test_runtime_pads_refused_below_9() -> None:
-    _refused("test_constant_pad", 7, "Pad pads/value at run time need opset 9")
+def test_runtime_pads_of_unknown_rank_refused() -> None:
+    graph = helper.make_graph(
+        [helper.make_node("Pad", ["x", "pads"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, None),
+         helper.make_tensor_value_info("pads", TensorProto.INT64, [4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    irm = ir.from_proto(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]))
+    with pytest.raises(UnsupportedError, match="run-time pads need a known input rank"):
+        convert_opset(irm, 7)
+
+
+def _pad_model(dtype: int, pads: list[int] | None) -> onnx.ModelProto:
+    """Pad-18 of x [None, None] by pads (an input when None) with a run-time value."""
+    inputs = [helper.make_tensor_value_info("x", dtype, [None, None]), helper.make_tensor_value_info("v", dtype, [])]
+    inits = []
+    if pads is None:
+        inputs.append(helper.make_tensor_value_info("pads", TensorProto.INT64, [4]))
+    else:
+        inits.append(helper.make_tensor("pads", TensorProto.INT64, [4], pads))
+    graph = helper.make_graph([helper.make_node("Pad", ["x", "pads", "v"], ["y"])], "g", inputs,
+                              [helper.make_tensor_value_info("y", dtype, [None, None])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+
+
+def _numpy_pad(x: np.ndarray, pads: list[int], value: np.ndarray) -> np.ndarray:
+    for d in range(2):
+        b, e = pads[d], pads[d + 2]
+        x = np.take(x, np.arange(max(-b, 0), x.shape[d] - max(-e, 0)), axis=d)
+        x = np.pad(x, [(max(b, 0), max(e, 0)) if a == d else (0, 0) for a in range(2)], constant_values=value)
+    return x
+
+
+@pytest.mark.parametrize("frozen", [False, True], ids=["runtime", "constant"])
+def test_pads_at_7_in_both_runtimes(frozen: bool) -> None:
+    """Crops, pads and empty axes on dynamic dims, int32 data (Pad-2 takes floats only, the
+    Concat form any dtype): onnxruntime and onnx.reference both give numpy's result."""
+    x = np.arange(12, dtype=np.int32).reshape(3, 4)
+    value = np.asarray(-7, dtype=np.int32)
+    for pads in ([1, 0, 2, 3], [-1, -2, 0, 1], [0, -4, 2, 0], [-3, 1, 0, -1], [0, 0, 0, 0]):
+        irm = ir.from_proto(_pad_model(TensorProto.INT32, pads if frozen else None))
+        convert_opset(irm, 7)
+        converted = ir.to_proto(irm)
+        onnx.checker.check_model(converted, full_check=True)
+        onnx.shape_inference.infer_shapes(converted, check_type=True, strict_mode=True)
+        feeds = {"x": x, "v": value} | ({} if frozen else {"pads": np.asarray(pads, dtype=np.int64)})
+        want = _numpy_pad(x, pads, value)
+        session = ort.InferenceSession(converted.SerializeToString(), providers=["CPUExecutionProvider"])
+        for got in (session.run(None, feeds)[0], ReferenceEvaluator(converted).run(None, feeds)[0]):
+            assert got.shape == want.shape and np.array_equal(got, want), pads
 
 
 def test_runtime_wrap_pads_refused_below_11() -> None:

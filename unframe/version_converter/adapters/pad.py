@@ -2,12 +2,15 @@
 
 10->11::  Pad(x, pads=p, value=v)      ->  Pad(x, Constant(p), Constant(v))
 11->10::  Pad(x, pads, value)          ->  Pad(x, pads=folded, value=folded)
-11->10::  Pad(x, pads, v) run-time, mode constant (static rank r), for each axis d in turn:
+11->10::  Pad(x, pads, v) run-time (or a dtype Pad-2 lacks), mode constant (static rank r), for each axis d:
               Concat(Expand(v, shape with d: max(b, 0)), Slice(x, [max(-b, 0)], [e < 0 ? e : MAX], [d]),
                      Expand(v, shape with d: max(e, 0)), axis=d)          b, e = pads[d], pads[d + r]
+11->10::  same, final target below 9: Tile(Reshape(v, [1] * r), block shape) for the Expand blocks,
+              Where as 0/1 products and the Slice a Gather of a Loop-made arange (see dynamic.py)
 18->17::  Pad(x, pads, value, axes)    ->  Pad(x, full-rank pads, value)   (static rank r):
               folded axes:   Gather(Concat(pads, [0]), Constant(index of each full position))
               run-time axes: MatMul(Reshape(pads, [2, k]), one-hot(axes) as [k, r]) flattened
+                             (below opset 9: ReduceSum(Reshape(pads, [2, k, 1]) * one-hot, axis 1))
 19->18::  Pad(x, pads, mode=wrap)      ->  per padded axis d (negative pads crop first):
               Gather(x, Constant(start + (arange(-b, D' + e) mod D')), axis=d)   (folded, static D)
               Gather(x, start + Mod(Range(-b, D' + e, 1), D'), axis=d)         (run-time, target >= 11)
@@ -20,6 +23,7 @@ import onnx_ir as ir
 
 from unframe.version_converter import dynamic as dyn
 from unframe.version_converter.context import Step
+from unframe.version_converter.generic import check_types
 from unframe.version_converter.moves import drop_inputs_from, dtype_of, input_value, require_types
 from unframe.version_converter.registry import adapter
 
@@ -57,10 +61,10 @@ def _attr_value(step: Step) -> tuple[bool, float | None]:
 
 @adapter("Pad", 11, 10)
 def pad_11_10(node: ir.Node, step: Step) -> None:
-    require_types(step)
     pads = step.fold(step.input(1))
     value_ok, value = _attr_value(step)
-    if pads is not None and value_ok:
+    types_ok = step.to_schema is None or not check_types(node, step.to_schema)
+    if pads is not None and value_ok and types_ok:
         drop_inputs_from(step, 1)
         step.set_attr("pads", ir.AttrInt64s("pads", [int(p) for p in pads.reshape(-1)]))
         if value is not None:
@@ -68,7 +72,9 @@ def pad_11_10(node: ir.Node, step: Step) -> None:
         return
     mode = step.attr("mode", "constant")
     if mode != "constant":
+        require_types(step)
         step.refuse(f"mode={mode!r} with run-time pads: Pad before opset 11 takes them as an attribute")
+    # no Pad is left: Slice, Concat and Expand/Tile take every dtype Pad-2 does not
     _runtime_constant_pad(node, step)
 
 
@@ -77,10 +83,11 @@ def _runtime_constant_pad(node: ir.Node, step: Step) -> None:
     rank = step.rank(x)
     if rank is None:
         step.refuse("run-time pads need a known input rank before opset 11")
-    dyn.require_masks(step, "Pad pads/value")
     dtype = dtype_of(step, x)
     pads = dyn.as_int64(step, node.inputs[1])
     value = _scalar_value(step, dtype)
+    if dyn.low(step):  # no Expand before opset 8: a [1, .., 1] value tiled to the block's shape
+        value = dyn.op(step, "Reshape", [value, step.const(np.ones([rank], dtype=np.int64))], x.type)
     zero = dyn.const1(step, 0)
     dims: list[int | None] = [d if isinstance(d, int) else None for d in x.shape]
     out = x
@@ -94,7 +101,8 @@ def _runtime_constant_pad(node: ir.Node, step: Step) -> None:
         kept.type, kept.shape = x.type, ir.Shape(dims)
         shape = dyn.op(step, "Shape", [kept])
         axis_mask = step.const(np.arange(rank) == d)
-        blocks = [dyn.op(step, "Expand", [value, dyn.where(step, axis_mask, dyn.where(step, cut, zero, n), shape)],
+        fill = "Tile" if dyn.low(step) else "Expand"
+        blocks = [dyn.op(step, fill, [value, dyn.where(step, axis_mask, dyn.where(step, cut, zero, n), shape)],
                          x.type) for cut, n in ((begin_cut, begin), (end_cut, end))]
         out = dyn.op(step, "Concat", [blocks[0], kept, blocks[1]], x.type, axis=d)
         out.shape = ir.Shape(dims)
@@ -149,14 +157,18 @@ def _runtime_full_pads(node: ir.Node, step: Step, rank: int) -> ir.Value:
     count = None if axes_value.shape is None else axes_value.shape[0]
     if not isinstance(count, int):
         step.refuse("run-time Pad axes of unknown length can't be expanded to full-rank pads below opset 18")
-    dyn.require_masks(step, "Pad axes")
     axes = dyn.wrap_negative(step, dyn.as_int64(step, axes_value), dyn.const1(step, rank))
     column = dyn.op(step, "Reshape", [axes, step.const(np.asarray([count, 1], dtype=np.int64))])
     hits = dyn.op(step, "Equal", [column, step.const(np.arange(rank, dtype=np.int64))], dyn.BOOL)
     one_hot = dyn.op(step, "Cast", [hits], to=ir.DataType.INT64)
-    halves = dyn.op(step, "Reshape", [dyn.as_int64(step, node.inputs[1]),
-                                      step.const(np.asarray([2, count], dtype=np.int64))])
-    full = dyn.op(step, "MatMul", [halves, one_hot])
+    pads = dyn.as_int64(step, node.inputs[1])
+    if dyn.low(step):  # MatMul takes no int64 before opset 9: the products summed over the k axes
+        halves = dyn.op(step, "Reshape", [pads, step.const(np.asarray([2, count, 1], dtype=np.int64))])
+        products = dyn.op(step, "Mul", [halves, one_hot])
+        full = dyn.op(step, "ReduceSum", [products, dyn.const1(step, 1)], keepdims=0)
+    else:
+        halves = dyn.op(step, "Reshape", [pads, step.const(np.asarray([2, count], dtype=np.int64))])
+        full = dyn.op(step, "MatMul", [halves, one_hot])
     return dyn.op(step, "Reshape", [full, dyn.const1(step, 2 * rank)])
 
 
