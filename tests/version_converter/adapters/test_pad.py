@@ -38,6 +38,10 @@ PAIRS: list[tuple[str, list[int], tuple[str, ...]]] = [
     ("test_wrap_pad", [18, 7], ("pads",)),
     ("test_wrap_pad", [17], ()),
     ("test_wrap_pad", [11], ()),
+    # below opset 11: Range as a Loop-made arange, Mod on positions shifted to >= 0
+    ("test_wrap_pad", [10], ()),
+    ("test_wrap_pad", [9], ()),
+    ("test_wrap_pad", [7], ()),
 ]
 
 
@@ -104,8 +108,39 @@ def test_pads_at_7_in_both_runtimes(frozen: bool) -> None:
             assert got.shape == want.shape and np.array_equal(got, want), pads
 
 
-def test_runtime_wrap_pads_refused_below_11() -> None:
-    _refused("test_wrap_pad", 10, "mode='wrap' with run-time pads or lengths needs Range")
+def test_wrap_of_unknown_rank_refused() -> None:
+    graph = helper.make_graph(
+        [helper.make_node("Pad", ["x", "pads"], ["y"], mode="wrap")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, None),
+         helper.make_tensor_value_info("pads", TensorProto.INT64, [4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    irm = ir.from_proto(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)]))
+    with pytest.raises(UnsupportedError, match="mode='wrap' needs a known input rank"):
+        convert_opset(irm, 7)
+
+
+def test_runtime_wrap_at_7_in_both_runtimes() -> None:
+    """Pads longer than the axis (several laps), crops, and no padding: both runtimes give the
+    original's result."""
+    graph = helper.make_graph(
+        [helper.make_node("Pad", ["x", "pads"], ["y"], mode="wrap")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, None]),
+         helper.make_tensor_value_info("pads", TensorProto.INT64, [4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, None])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)], ir_version=9)
+    irm = ir.from_proto(model)
+    convert_opset(irm, 7)
+    converted = ir.to_proto(irm)
+    onnx.checker.check_model(converted, full_check=True)
+    onnx.shape_inference.infer_shapes(converted, check_type=True, strict_mode=True)
+    original = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(converted.SerializeToString(), providers=["CPUExecutionProvider"])
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    for pads in ([7, 0, 2, 9], [-1, 5, 0, -2], [0, 0, 0, 0], [3, -3, -1, 4]):
+        feeds = {"x": x, "pads": np.asarray(pads, dtype=np.int64)}
+        want = original.run(None, feeds)[0]
+        for got in (session.run(None, feeds)[0], ReferenceEvaluator(converted).run(None, feeds)[0]):
+            assert got.shape == want.shape and np.array_equal(got, want), pads
 
 
 def test_runtime_reflect_pads_refused_below_11() -> None:

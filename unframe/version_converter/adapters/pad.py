@@ -14,6 +14,7 @@
 19->18::  Pad(x, pads, mode=wrap)      ->  per padded axis d (negative pads crop first):
               Gather(x, Constant(start + (arange(-b, D' + e) mod D')), axis=d)   (folded, static D)
               Gather(x, start + Mod(Range(-b, D' + e, 1), D'), axis=d)         (run-time, target >= 11)
+              below 11: Range as a Loop-made arange, Mod as a - D' * (a / D') on a shifted >= 0
 """
 
 from __future__ import annotations
@@ -185,10 +186,8 @@ def pad_19_18(node: ir.Node, step: Step) -> None:
     pads = step.fold(step.input(1))
     if pads is not None and all(isinstance(x.shape[a], int) for a in axes):
         _constant_wrap(node, step, axes, pads.reshape(-1))
-    elif dyn.final_target(step) >= 11:
-        _runtime_wrap(node, step, axes)
     else:
-        step.refuse("mode='wrap' with run-time pads or lengths needs Range (opset 11)")
+        _runtime_wrap(node, step, axes)
 
 
 def _wrap_axes(step: Step, rank: int) -> list[int]:
@@ -245,15 +244,31 @@ def _runtime_wrap(node: ir.Node, step: Step, axes: list[int]) -> None:
         kept = dyn.op(step, "Sub", [dyn.op(step, "Sub", [dyn.axis_length(step, out, a), cut_end]), start])
         before = dyn.where(step, dyn.less(step, begin, zero), zero, begin)
         after = dyn.where(step, dyn.less(step, end, zero), zero, end)
-        low = dyn.op(step, "Reshape", [dyn.op(step, "Neg", [before]), scalar])
-        high = dyn.op(step, "Reshape", [dyn.op(step, "Add", [kept, after]), scalar])
-        span = dyn.op(step, "Range", [low, high, dyn.op(step, "Reshape", [one, scalar])])
         # padding an axis cropped to nothing is an error: no division by zero, an index Gather rejects
         empty = dyn.less(step, kept, one)
         divisor = dyn.where(step, empty, one, kept)
         start = dyn.where(step, empty, dyn.const1(step, 1 << 62), start)
-        indices = dyn.op(step, "Add", [start, dyn.op(step, "Mod", [span, divisor])])
+        if dyn.final_target(step) >= 11:
+            low = dyn.op(step, "Reshape", [dyn.op(step, "Neg", [before]), scalar])
+            high = dyn.op(step, "Reshape", [dyn.op(step, "Add", [kept, after]), scalar])
+            span = dyn.op(step, "Range", [low, high, dyn.op(step, "Reshape", [one, scalar])])
+            wrapped = dyn.op(step, "Mod", [span, divisor])
+        else:
+            wrapped = _wrapped_positions(step, before, kept, after, divisor)
+        indices = dyn.op(step, "Add", [start, wrapped])
         dims[a] = None
         out = dyn.op(step, "Gather", [out, indices], x.type, axis=a)
         out.shape = ir.Shape(dims)
     step.replace_with([out])
+
+
+def _wrapped_positions(step: Step, before: ir.Value, kept: ir.Value, after: ir.Value,
+                       divisor: ir.Value) -> ir.Value:
+    """(-b .. D' + e - 1) mod D' without Range (opset 11) or Mod (10): shifted by a multiple of D'
+    that is at least b, every position is >= 0, where truncating division is floor division."""
+    count = dyn.op(step, "Add", [dyn.op(step, "Add", [before, kept]), after])
+    laps = dyn.op(step, "Div", [dyn.op(step, "Sub", [dyn.op(step, "Add", [before, divisor]), dyn.const1(step, 1)]),
+                                divisor])
+    shift = dyn.op(step, "Sub", [dyn.op(step, "Mul", [laps, divisor]), before])
+    ahead = dyn.op(step, "Add", [dyn.arange(step, count), shift])
+    return dyn.op(step, "Sub", [ahead, dyn.op(step, "Mul", [dyn.op(step, "Div", [ahead, divisor]), divisor])])
