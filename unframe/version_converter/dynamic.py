@@ -107,9 +107,16 @@ def where(step: Step, cond: ir.Value, a: ir.Value, b: ir.Value) -> ir.Value:
     """cond ? a : b on int64 (broadcasting as Where does)."""
     if not low(step):
         return op(step, "Where", [cond, a, b])
-    pick = op(step, "Cast", [cond], to=ir.DataType.INT64)
-    rest = op(step, "Sub", [const1(step, 1), pick])
-    return op(step, "Add", [op(step, "Mul", [a, pick]), op(step, "Mul", [b, rest])])
+    return select_by_product(step, cond, a, b, ir.DataType.INT64)
+
+
+def select_by_product(step: Step, cond: ir.Value, a: ir.Value, b: ir.Value, dtype: ir.DataType) -> ir.Value:
+    """cond ? a : b on integers without Where (before opset 9): a * m + b * (1 - m) with
+    m = Cast(cond): one product is 0 and the other the chosen value, so nothing overflows."""
+    type_ = ir.TensorType(dtype)
+    pick = op(step, "Cast", [cond], type_, to=dtype)
+    rest = op(step, "Sub", [step.const(np.asarray(1, dtype=dtype.numpy())), pick], type_)
+    return op(step, "Add", [op(step, "Mul", [a, pick], type_), op(step, "Mul", [b, rest], type_)], type_)
 
 
 def clamp(step: Step, v: ir.Value, lo: ir.Value, hi: ir.Value) -> ir.Value:

@@ -65,6 +65,7 @@ import onnx_ir as ir
 
 from unframe import opset as facts
 from unframe.version_converter.context import Step
+from unframe.version_converter.dynamic import select_by_product
 
 _D = ir.DataType
 SELECT = {"Max", "Min", "Clip", "Where", "Compress", "OneHot", "ReverseSequence", "Unique", "MaxPool", "TopK",
@@ -293,7 +294,7 @@ def _before_where(node: ir.Node, step: Step, bad: dict[str, ir.DataType]) -> boo
         result = node.inputs[0]
         for value in node.inputs[1:]:
             pick = _wide_int_compare(step, _LOW_COMPARE[node.op_type], result, value, dtype)
-            result = pick if node.op_type in ("Greater", "Less") else _select(step, pick, result, value, dtype)
+            result = pick if node.op_type in ("Greater", "Less") else select_by_product(step, pick, result, value, dtype)
         if len(node.inputs) == 1:
             result = step.op("Identity", [result])
     else:
@@ -329,16 +330,6 @@ def _wide_int_compare(step: Step, op: str, a: ir.Value, b: ir.Value, dtype: ir.D
     same_hi = _typed(step.op("Equal", [hi_a, hi_b]), _D.BOOL)
     by_lo = _typed(step.op("And", [same_hi, _typed(step.op(op, [lo_a, lo_b]), _D.BOOL)]), _D.BOOL)
     return _typed(step.op("Or", [by_hi, by_lo]), _D.BOOL)
-
-
-def _select(step: Step, pick: ir.Value, a: ir.Value, b: ir.Value, dtype: ir.DataType) -> ir.Value:
-    """pick ? a : b as a * m + b * (1 - m), m = Cast(pick): no Where before opset 9."""
-    import numpy as np
-
-    m = _typed(step.op("Cast", [pick], {"to": dtype}), dtype)
-    not_m = _typed(step.op("Sub", [step.const(np.asarray(1, dtype=dtype.numpy())), m]), dtype)
-    return _typed(step.op("Add", [_typed(step.op("Mul", [a, m]), dtype),
-                                  _typed(step.op("Mul", [b, not_m]), dtype)]), dtype)
 
 
 def _float_equal(step: Step, a: ir.Value, b: ir.Value, dtype: ir.DataType) -> ir.Value:
