@@ -180,7 +180,7 @@ def _convert_without_expansion(model: onnx.ModelProto, target: int) -> None:
     from unframe.version_converter import walker
 
     original = walker.Walker._expand_instead
-    walker.Walker._expand_instead = lambda self, node, domain, at: False
+    walker.Walker._expand_instead = lambda self, node, domain, at, why: False
     try:
         convert_opset(ir.from_proto(model), target)
     finally:
@@ -269,3 +269,14 @@ def test_ranks_filled_where_shape_inference_leaves_none(name: str, target: int) 
     finally:
         types.fill_ranks = fill
     check_path(name, [target])
+
+
+def test_blockers_inside_an_expansion_name_the_node_the_user_has() -> None:
+    """Attention-24 to opset 9: its body can't get there either; the one blocker names the Attention
+    node, why it was expanded and the first node of the body that stops, not eight inner nodes."""
+    with pytest.raises(UnsupportedError) as info:
+        convert_opset(ir.from_proto(case("test_attention_4d_gqa_causal_nonpad_decode").model), 9)
+    (blocker,) = info.value.blockers
+    assert blocker.op == "Attention"
+    assert "opset 23 takes 3..6" in blocker.reason
+    assert "its function body does not reach opset 9 either" in blocker.reason

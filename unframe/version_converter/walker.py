@@ -9,6 +9,7 @@ A refusal is recorded as a ``Blocker`` and the walk goes on, so every blocker is
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 from collections import Counter, deque
@@ -61,6 +62,9 @@ class Walker:
         self._resolved_plans: dict[tuple[str, str, int, int], list[tuple[Any, ...]]] = {}
         self._node_key: tuple[Any, ...] | None = None
         self.untouched: set[int] = set()  # ids of nodes the walk left exactly as they were
+        # id of a node made by an expansion -> (the node the user has, why it was expanded)
+        self._origin: dict[int, tuple[ir.Node, str]] = {}
+        self._root_blockers: dict[int, list[Any]] = {}
         self._common: dict[tuple[str, str, int, int], frozenset[str] | None] = {}
 
     def find_adapter(self, domain: str, op: str, frm: int, to: int) -> Any:
@@ -141,8 +145,26 @@ class Walker:
         return True
 
     def _block(self, node: ir.Node, reason: str) -> None:
-        self.blockers.append(Blocker(op=node.op_type, reason=reason, node=node.name or "",
-                                     domain=_norm(node.domain)))
+        origin = self._origin.get(id(node))
+        if origin is None:
+            self.blockers.append(Blocker(op=node.op_type, reason=reason, node=node.name or "",
+                                         domain=_norm(node.domain)))
+            return
+        # a node of an expansion: the user has the expanded node, so the blocker names that one,
+        # why it was expanded, and the first node of its body that can't reach the target
+        root, why = origin
+        entry = self._root_blockers.get(id(root))
+        if entry is None:
+            first = (f"{why}; its function body does not reach opset {self.targets.get(_norm(root.domain))} "
+                     f"either: [{node.op_type}] {reason}")
+            self._root_blockers[id(root)] = [len(self.blockers), first, 0]
+            self.blockers.append(Blocker(op=root.op_type, node=root.name or "", domain=_norm(root.domain),
+                                         reason=first))
+            return
+        index, first, more = entry[0], entry[1], entry[2] + 1
+        entry[2] = more
+        self.blockers[index] = dataclasses.replace(
+            self.blockers[index], reason=f"{first} (and {more} more node{'s' * (more > 1)} of the body)")
 
     def _convert_node(self, node: ir.Node) -> bool:
         """Walk one node to its target; False when it was replaced by other nodes."""
@@ -170,14 +192,14 @@ class Walker:
                 changed = True
                 if kind == "expand":
                     assert old is not None
-                    self._expand(node, old)
+                    self._expand(node, old, f"{node.op_type} does not exist before opset {frm}")
                     return False
                 if self._step(node, domain, frm, to, old, new, fn):
                     self.nodes_changed += 1
                     return False
                 at = to
         except Refused as exc:
-            if target < at and self._expand_instead(node, domain, at):
+            if target < at and self._expand_instead(node, domain, at, exc.reason):
                 return False
             self._block(node, exc.reason)
             return True
@@ -205,13 +227,15 @@ class Walker:
                 for _, frm, to, old, new, _ in plan)
         return clean
 
-    def _expand(self, node: ir.Node, schema: Any) -> None:
-        expand(node, schema, self)
+    def _expand(self, node: ir.Node, schema: Any, why: str) -> None:
+        root = self._origin.get(id(node), (node, why))  # nested expansions answer to the first
+        for new in expand(node, schema, self):
+            self._origin[id(new)] = root
         self.expanded.append(node.op_type)
         self.fired[f"expand:{node.op_type}"] += 1
         self.nodes_changed += 1
 
-    def _expand_instead(self, node: ir.Node, domain: str, at: int) -> bool:
+    def _expand_instead(self, node: ir.Node, domain: str, at: int, why: str) -> bool:
         """On a refused downgrade step, expand the node through the function body of the schema it
         satisfies (at opset ``at``) when it has one: the body is that op's definition, and its nodes
         are converted on to the target (where they may be refused in turn). False: no body."""
@@ -219,7 +243,7 @@ class Walker:
         if schema is None or not (schema.has_function or schema.has_context_dependent_function):
             return False
         try:
-            self._expand(node, schema)
+            self._expand(node, schema, why)
         except Refused:
             return False
         return True
