@@ -280,3 +280,69 @@ def test_blockers_inside_an_expansion_name_the_node_the_user_has() -> None:
     assert blocker.op == "Attention"
     assert "opset 23 takes 3..6" in blocker.reason
     assert "its function body does not reach opset 9 either" in blocker.reason
+
+
+def _reduce_and_squeeze(opset: int, extra: dict[str, int] | None = None) -> onnx.ModelProto:
+    """ReduceMean(axes attribute) and Squeeze/Unsqueeze(axes attribute): type-free adapters to 13/18."""
+    nodes = [helper.make_node("ReduceMean", ["x"], ["m"], name="mean", axes=[-1], keepdims=1, **(extra or {})),
+             helper.make_node("Sub", ["x", "m"], ["d"], name="sub"),
+             helper.make_node("Unsqueeze", ["d"], ["u"], name="unsqueeze", axes=[0]),
+             helper.make_node("Squeeze", ["u"], ["y"], name="squeeze", axes=[0])]
+    return _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])], opset)
+
+
+def test_fast_path_takes_type_free_adapters_and_matches_the_full_walk() -> None:
+    from unframe.version_converter import walker
+
+    model = _reduce_and_squeeze(11)
+    feeds = {"x": np.random.default_rng(2).standard_normal((2, 3)).astype(np.float32)}
+    original = walker.Walker.convert_generic_only
+    taken: list[bool] = []
+
+    def spy(self: walker.Walker, graphs: list) -> bool:
+        taken.append(original(self, graphs))
+        return taken[-1]
+
+    walker.Walker.convert_generic_only = spy
+    try:
+        fast = ir.from_proto(model)
+        result = convert_opset(fast, 25)
+        walker.Walker.convert_generic_only = lambda self, graphs: False
+        full = ir.from_proto(model)
+        convert_opset(full, 25)
+    finally:
+        walker.Walker.convert_generic_only = original
+    assert taken == [True]
+    assert {"ReduceMean_17_18", "Squeeze_12_13", "Unsqueeze_12_13"} <= set(result.adapters_used)
+    out = ir.to_proto(fast)
+    assert out.SerializeToString() == ir.to_proto(full).SerializeToString()
+    onnx.checker.check_model(out, full_check=True)
+    np.testing.assert_allclose(_run(out, feeds)[0], _run(model, feeds)[0], rtol=1e-6)
+
+
+def test_fast_path_undoes_its_adapters_when_a_later_step_refuses() -> None:
+    """The type-free ReduceMax 17->18 adapter runs, then 18->20 refuses an attribute no schema has:
+    the fast path undoes the adapter, the full walk reports the blocker, the model is as it was."""
+    from unframe.version_converter import walker
+
+    proto = _reduce_and_squeeze(13, {"bogus": 1})
+    proto.graph.node[0].op_type = "ReduceMax"
+    model = ir.from_proto(proto)
+    before = ir.to_proto(model).SerializeToString()
+    original = walker.Walker._convert_undoably
+    undone: list[tuple[bool, dict[str, int]]] = []
+
+    def spy(self: walker.Walker, adapted: list) -> bool:
+        undone.append((original(self, adapted), dict(self.fired)))
+        return undone[-1][0]
+
+    walker.Walker._convert_undoably = spy
+    try:
+        with pytest.raises(UnsupportedError, match="attribute 'bogus' does not exist") as info:
+            convert_opset(model, 20)
+    finally:
+        walker.Walker._convert_undoably = original
+    assert undone == [(False, {"ReduceMax_17_18": 1})]  # the adapter ran, then was undone
+    assert [b.node for b in info.value.blockers] == ["mean"]
+    assert ir.to_proto(model).SerializeToString() == before

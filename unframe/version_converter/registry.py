@@ -44,16 +44,27 @@ ADAPTERS: Registry[AdapterFn] = Registry(
     builtins=BUILTIN_ADAPTER_MODULES)
 
 
-def adapter(op: str, from_version: int, to_version: int, *, domain: str = "") -> Callable[[AdapterFn], AdapterFn]:
+# adapters declared ``type_free``: they never refuse, read no inferred type or shape, and only change
+# their own node's attributes and inputs (adding Constant nodes), so the walker's fast path, which
+# runs without type inference, may take them and undo them
+TYPE_FREE: set[AdapterKey] = set()
+
+
+def adapter(op: str, from_version: int, to_version: int, *, domain: str = "",
+            type_free: bool = False) -> Callable[[AdapterFn], AdapterFn]:
     """Register ``fn(node, step)`` as the conversion of ``op`` from ``from_version`` to ``to_version``.
 
     The function rewrites the node in place (or replaces it through ``step``), or calls
     ``step.refuse(reason)`` *before* changing anything when the node can't be expressed.
+    ``type_free``: see ``TYPE_FREE`` (typically an attribute that became a constant input).
     """
     if abs(from_version - to_version) != 1:
         raise ValueError(f"adapter {op} {from_version}->{to_version}: steps are one opset apart")
     dom = "" if domain == "ai.onnx" else domain
-    return ADAPTERS.decorator(AdapterKey(dom, op, from_version, to_version))
+    key = AdapterKey(dom, op, from_version, to_version)
+    if type_free:
+        TYPE_FREE.add(key)
+    return ADAPTERS.decorator(key)
 
 
 def find_adapter(domain: str, op: str, from_version: int, to_version: int) -> AdapterFn | None:

@@ -23,7 +23,7 @@ from unframe.errors import Blocker
 from unframe.version_converter import generic
 from unframe.version_converter.context import Refused, Step
 from unframe.version_converter.expand import expand
-from unframe.version_converter.registry import AdapterKey, adapter_table
+from unframe.version_converter.registry import TYPE_FREE, AdapterKey, adapter_table
 
 CONVERTED_DOMAINS = ("", facts.ML_DOMAIN)
 
@@ -62,6 +62,7 @@ class Walker:
         self._resolved_plans: dict[tuple[str, str, int, int], list[tuple[Any, ...]]] = {}
         self._node_key: tuple[Any, ...] | None = None
         self.untouched: set[int] = set()  # ids of nodes the walk left exactly as they were
+        self._added: list[ir.Node] | None = None  # nodes made while the fast path may undo them
         # id of a node made by an expansion -> (the node the user has, why it was expanded)
         self._origin: dict[int, tuple[ir.Node, str]] = {}
         self._root_blockers: dict[int, list[Any]] = {}
@@ -80,6 +81,8 @@ class Walker:
     def register_new(self, node: ir.Node, version: int) -> None:
         self._opset[id(node)] = version
         self._queue.append(node)
+        if self._added is not None:
+            self._added.append(node)
 
     # -- the walk -----------------------------------------------------------------------------
     def walk_graph(self, graph: Any, imports: dict[str, int]) -> None:
@@ -119,12 +122,22 @@ class Walker:
                 if _since_version_at(node.op_type, max(current, 1), domain) is None:
                     return False
                 plan = self._resolved(node.op_type, domain, current, self.targets[domain])
-                if any(kind != "step" or fn is not None for kind, *_, fn in plan):
+                if any(kind != "step" or (fn is not None and not self._type_free(domain, node.op_type, frm, to))
+                       for kind, frm, to, *_, fn in plan):
                     return False
-                planned.append((node, domain, plan))
+                planned.append((node, domain, plan, current))
         drops: list[tuple[ir.Node, tuple[str, ...]]] = []
         nodes: list[tuple[ir.Node, int]] = []
-        for node, domain, plan in planned:
+        adapted: list[tuple[ir.Node, int]] = []
+        for node, domain, plan, current in planned:
+            if any(fn is not None for *_, fn in plan):
+                # the generic steps after an adapter see the node it made: checked when they run
+                if self.targets.get("", 0) < 9 or not all(
+                        fn is not None or _types_only_widen(domain, node.op_type, frm, to, node, widest=True)
+                        for _, frm, to, _, _, fn in plan):
+                    return False
+                adapted.append((node, current))
+                continue
             key = generic.node_key(node)
             for _, frm, to, old, new, _ in plan:
                 if not _types_only_widen(domain, node.op_type, frm, to, node):
@@ -135,6 +148,8 @@ class Walker:
                 if droppable:
                     drops.append((node, droppable))
             nodes.append((node, len(plan)))
+        if adapted and not self._convert_undoably(adapted):
+            return False
         for node, names in drops:
             for name in names:
                 node.attributes.pop(name, None)
@@ -143,6 +158,46 @@ class Walker:
             self.nodes_changed += int(steps > 0)
             self.fired["generic"] += steps
         return True
+
+    def _type_free(self, domain: str, op: str, frm: int, to: int) -> bool:
+        return AdapterKey(domain, op, frm, to) in TYPE_FREE
+
+    def _convert_undoably(self, adapted: list[tuple[ir.Node, int]]) -> bool:
+        """The fast path's nodes whose plans hold type-free adapters, converted by the usual walk;
+        if any step refuses, every change is undone (their attributes and inputs put back, the
+        nodes they added removed) and False is returned."""
+        saved = [(node, list(node.attributes.values()), list(node.inputs)) for node, _ in adapted]
+        added: list[ir.Node] = []
+        self._added = added
+        ok = True
+        try:
+            for node, current in adapted:
+                self._opset[id(node)] = current
+                ok = self._convert_node(node) and not self.blockers
+                if not ok:
+                    break
+            while ok and self._queue:
+                ok = self._convert_node(self._queue.popleft()) and not self.blockers
+        finally:
+            self._added = None
+        if ok:
+            for new in added:  # as the full walk does: no type the model did not declare
+                for value in new.outputs:
+                    if not value.is_graph_output():
+                        value.type, value.shape = None, None
+            return True
+        for node, attributes, inputs in saved:
+            node.attributes.clear()
+            for attr in attributes:
+                node.attributes[attr.name] = attr
+            node.resize_inputs(len(inputs))
+            for index, value in enumerate(inputs):
+                node.replace_input_with(index, value)
+        for new in reversed(added):
+            new.graph.remove(new, safe=True)
+        self._queue.clear()
+        self.blockers.clear()
+        return False
 
     def _block(self, node: ir.Node, reason: str) -> None:
         origin = self._origin.get(id(node))
@@ -323,10 +378,15 @@ def _common_attributes(plan: list[tuple[Any, ...]]) -> frozenset[str] | None:
     return frozenset.intersection(*(frozenset(new.attributes) for *_, new, _ in plan))
 
 
-def _types_only_widen(domain: str, op: str, frm: int, to: int, node: ir.Node) -> bool:
+def _types_only_widen(domain: str, op: str, frm: int, to: int, node: ir.Node, *, widest: bool = False) -> bool:
     """True when the schema at ``to`` allows every type the schema at ``frm`` allows, for each of the
-    node's inputs and outputs: then no dtype can block the step (and no type inference is needed)."""
-    return _types_widen(domain, op, frm, to, len(node.inputs), len(node.outputs))
+    node's inputs and outputs (``widest``: for every input the schema may take, as an adapter may
+    have added some): then no dtype can block the step (and no type inference is needed)."""
+    n_in = len(node.inputs)
+    if widest:
+        schema = _schema_at(op, frm, domain)
+        n_in = max(n_in, min(schema.max_input, 16)) if schema is not None else n_in
+    return _types_widen(domain, op, frm, to, n_in, len(node.outputs))
 
 
 @functools.cache

@@ -17,7 +17,7 @@ from unframe.version_converter.moves import drop_inputs_from, require_types
 from unframe.version_converter.registry import adapter
 
 
-@adapter("Dropout", 11, 12)
+@adapter("Dropout", 11, 12, type_free=True)
 def dropout_11_12(node: ir.Node, step: Step) -> None:
     ratio = step.drop_attr("ratio")
     if ratio is None:

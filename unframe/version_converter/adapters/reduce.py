@@ -102,5 +102,5 @@ def _elementwise(step: Step, op: str | None, x: ir.Value) -> ir.Value:
 
 
 for _op, _v in MOVED_AT.items():
-    adapter(_op, _v - 1, _v)(_upgrade)
+    adapter(_op, _v - 1, _v, type_free=True)(_upgrade)
     adapter(_op, _v, _v - 1)(_downgrade)

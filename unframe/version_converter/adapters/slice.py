@@ -28,7 +28,7 @@ from unframe.version_converter.registry import adapter
 INT64_MAX = np.iinfo(np.int64).max
 
 
-@adapter("Slice", 9, 10)
+@adapter("Slice", 9, 10, type_free=True)
 def slice_9_10(node: ir.Node, step: Step) -> None:
     starts, ends, axes = step.drop_attr("starts"), step.drop_attr("ends"), step.drop_attr("axes")
     node.resize_inputs(4 if axes is not None else 3)

@@ -23,7 +23,7 @@ from unframe.version_converter.moves import attr_to_input, input_to_attr, requir
 from unframe.version_converter.registry import adapter
 
 
-@adapter("Split", 12, 13)
+@adapter("Split", 12, 13, type_free=True)
 def split_12_13(node: ir.Node, step: Step) -> None:
     attr_to_input(step, "split", 1)
 
@@ -78,7 +78,7 @@ def _runtime_split(node: ir.Node, step: Step) -> None:
     step.replace_with(parts)
 
 
-@adapter("Split", 17, 18)
+@adapter("Split", 17, 18, type_free=True)
 def split_17_18(node: ir.Node, step: Step) -> None:
     if step.input(1) is None:
         step.set_attr("num_outputs", len(node.outputs))

@@ -67,5 +67,5 @@ def _runtime_axes(node: ir.Node, step: Step, axes: ir.Value) -> None:
 
 
 for _op in ("Squeeze", "Unsqueeze"):
-    adapter(_op, 12, 13)(_upgrade)
+    adapter(_op, 12, 13, type_free=True)(_upgrade)
     adapter(_op, 13, 12)(_downgrade)

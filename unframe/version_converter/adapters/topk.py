@@ -23,7 +23,7 @@ from unframe.version_converter.moves import input_to_attr, require_types
 from unframe.version_converter.registry import adapter
 
 
-@adapter("TopK", 9, 10)
+@adapter("TopK", 9, 10, type_free=True)
 def topk_9_10(node: ir.Node, step: Step) -> None:
     k = step.drop_attr("k")
     node.resize_inputs(2)
