@@ -3,6 +3,7 @@ one call in a fresh process, and a plain-text table."""
 
 from __future__ import annotations
 
+import gc
 import os
 import statistics
 import threading
@@ -12,12 +13,20 @@ from typing import Any
 
 
 def median_time(fn: Callable[[], Any], reps: int, clock: Callable[[], float] = time.perf_counter) -> float:
-    """Median time of ``reps`` calls of ``fn`` by ``clock`` (default: wall time)."""
+    """Median time of ``reps`` calls of ``fn`` by ``clock`` (default: wall time). As ``timeit`` does,
+    the cyclic garbage collector is paused during each call: otherwise its passes over whatever the
+    bench process built before (torch and Keras models) land on the calls that happen to trigger
+    them, mostly Python-heavy ones."""
     times = []
     for _ in range(reps):
-        t0 = clock()
-        fn()
-        times.append(clock() - t0)
+        gc.collect()
+        gc.disable()
+        try:
+            t0 = clock()
+            fn()
+            times.append(clock() - t0)
+        finally:
+            gc.enable()
     return statistics.median(times)
 
 
