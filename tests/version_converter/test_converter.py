@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from nodecases import case, check_path  # noqa: E402
 
 from unframe.errors import UnsupportedError  # noqa: E402
-from unframe.version_converter import ConvertVersionPass, convert_opset, preflight  # noqa: E402
+from unframe.version_converter import ConvertVersionPass, OpsetConversion, convert_opset, preflight  # noqa: E402
 
 
 def _model(nodes: list[onnx.NodeProto], inputs: list[onnx.ValueInfoProto], outputs: list[onnx.ValueInfoProto],
@@ -225,14 +225,11 @@ def test_refused_model_is_restored_with_its_own_weight_values(ir_version: int) -
     assert model.graph.initializers["w"] is weight
 
 
-@pytest.mark.parametrize(("name", "target"), [("test_gemm_default_single_elem_vector_bias", 21),
-                                              ("test_conv_with_strides_padding", 22), ("test_lstm_defaults", 23)])
-def test_fast_path_gives_the_full_walks_model(name: str, target: int) -> None:
-    """Upgrades whose steps are all generic and type-widening skip type inference; the result must be
-    the one the full walk (inference, snapshot, checker) gives."""
+def _fast_and_full(model: onnx.ModelProto, target: int) -> tuple[ir.Model, ir.Model, bool, OpsetConversion]:
+    """The model converted twice: as convert_opset chooses (recording whether the fast path took it)
+    and with the fast path switched off (the full walk: inference, snapshot, checker)."""
     from unframe.version_converter import walker
 
-    model = case(name).model
     original = walker.Walker.convert_generic_only
     taken: list[bool] = []
 
@@ -243,13 +240,22 @@ def test_fast_path_gives_the_full_walks_model(name: str, target: int) -> None:
     walker.Walker.convert_generic_only = spy
     try:
         fast = ir.from_proto(model)
-        convert_opset(fast, target)
+        result = convert_opset(fast, target)
         walker.Walker.convert_generic_only = lambda self, graphs: False
         full = ir.from_proto(model)
         convert_opset(full, target)
     finally:
         walker.Walker.convert_generic_only = original
-    assert taken == [True]
+    return fast, full, taken == [True], result
+
+
+@pytest.mark.parametrize(("name", "target"), [("test_gemm_default_single_elem_vector_bias", 21),
+                                              ("test_conv_with_strides_padding", 22), ("test_lstm_defaults", 23)])
+def test_fast_path_gives_the_full_walks_model(name: str, target: int) -> None:
+    """Upgrades whose steps are all generic and type-widening skip type inference; the result must be
+    the one the full walk (inference, snapshot, checker) gives."""
+    fast, full, taken, _ = _fast_and_full(case(name).model, target)
+    assert taken
     assert ir.to_proto(fast).SerializeToString() == ir.to_proto(full).SerializeToString()
 
 
@@ -293,27 +299,10 @@ def _reduce_and_squeeze(opset: int, extra: dict[str, int] | None = None) -> onnx
 
 
 def test_fast_path_takes_type_free_adapters_and_matches_the_full_walk() -> None:
-    from unframe.version_converter import walker
-
     model = _reduce_and_squeeze(11)
     feeds = {"x": np.random.default_rng(2).standard_normal((2, 3)).astype(np.float32)}
-    original = walker.Walker.convert_generic_only
-    taken: list[bool] = []
-
-    def spy(self: walker.Walker, graphs: list) -> bool:
-        taken.append(original(self, graphs))
-        return taken[-1]
-
-    walker.Walker.convert_generic_only = spy
-    try:
-        fast = ir.from_proto(model)
-        result = convert_opset(fast, 25)
-        walker.Walker.convert_generic_only = lambda self, graphs: False
-        full = ir.from_proto(model)
-        convert_opset(full, 25)
-    finally:
-        walker.Walker.convert_generic_only = original
-    assert taken == [True]
+    fast, full, taken, result = _fast_and_full(model, 25)
+    assert taken
     assert {"ReduceMean_17_18", "Squeeze_12_13", "Unsqueeze_12_13"} <= set(result.adapters_used)
     out = ir.to_proto(fast)
     assert out.SerializeToString() == ir.to_proto(full).SerializeToString()
