@@ -73,9 +73,6 @@ def allowed_types(schema: OpSchema, params: Any, index: int) -> frozenset[str] |
     return frozenset([param.type_str])
 
 
-_allowed = allowed_types
-
-
 def check_types(node: ir.Node, schema: OpSchema) -> list[str]:
     problems = []
     for kind, values, params in (("input", node.inputs, schema.inputs), ("output", node.outputs, schema.outputs)):
@@ -83,7 +80,7 @@ def check_types(node: ir.Node, schema: OpSchema) -> list[str]:
             if v is None:
                 continue
             ts = type_string(v.type)
-            allowed = _allowed(schema, params, i)
+            allowed = allowed_types(schema, params, i)
             if ts is None or allowed is None:
                 continue
             if ts not in allowed:
