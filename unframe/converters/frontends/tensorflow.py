@@ -6,7 +6,12 @@ Loading
   runs on load, so a file with one needs ``--trust`` (``trust=True``); the check reads the file's
   config without deserializing it. A SavedModel uses one signature: ``--signature NAME``
   (option ``signature``, default ``serving_default``); a missing one is an error listing those
-  the directory has.
+  the directory has. A model with custom classes (custom layers, a subclassed model, custom
+  losses or activations) needs their code: option ``custom_objects`` (CLI
+  ``--custom-objects module.py``) is a Python file to import for them, which needs ``--trust``,
+  or from Python a module or a ``{name: class}`` dict. Without it such a file is refused with
+  the name of the class it needs. A subclassed model from a file takes the input shape it was
+  built with, unless ``--inputs`` says otherwise.
 
 Export routes (``ExportResult.route`` says which one produced the graph)
   1. tf2onnx: ``from_keras``, ``from_function`` (tf.function, tf.Module.__call__), its SavedModel
@@ -40,6 +45,10 @@ Parity
   ``[0, k)`` with ``k`` the smallest Embedding ``input_dim`` (3 when there is none). With a
   dynamic batch there are two feeds of batch 2 and 3 (dynamic non-batch dims: 8 and 6); user
   samples get a second feed with one row fewer (or doubled when the batch is 1).
+
+Logs
+  TensorFlow's, absl's and tf2onnx's log lines are captured while the frontend works (see
+  ``unframe.quiet``) and shown only with ``--debug``.
 """
 
 from __future__ import annotations
@@ -49,7 +58,11 @@ from typing import Any
 
 from unframe.converters.base import ConvertOptions, ExportResult, Frontend, InputSpec
 from unframe.converters.registry import register_frontend
+from unframe.quiet import quiet_native_logs, quiet_tensorflow_env
 from unframe.validate.runner import Runner, TensorSpec
+
+# TensorFlow reads its C++ log level once, on import: set it before anything imports it.
+quiet_tensorflow_env()
 
 
 @register_frontend
@@ -66,7 +79,7 @@ class TensorflowFrontend(Frontend):
         "tensorflow.python.module.module.Module",
         "tensorflow.python.eager.polymorphic_function.polymorphic_function.Function",
     )
-    option_names = ("signature", "nchw_inputs", "self_check")
+    option_names = ("signature", "nchw_inputs", "self_check", "custom_objects")
 
     def distributions(self) -> tuple[str, ...]:
         return ("tensorflow-cpu", "tensorflow", "keras", "tf2onnx", "onnx")
@@ -89,7 +102,9 @@ class TensorflowFrontend(Frontend):
     def load(self, source: Any, opts: ConvertOptions) -> Any:
         from unframe.converters.frontends._tf import native
 
-        return native.load(source, opts.trust, opts.get("signature"))
+        with quiet_native_logs():
+            return native.load(source, opts.trust, opts.get("signature"),
+                               opts.get("custom_objects"))
 
     def to_onnx(self, native: Any, spec: InputSpec, opts: ConvertOptions) -> ExportResult:
         from unframe.converters.frontends._tf.pipeline import export
@@ -98,14 +113,17 @@ class TensorflowFrontend(Frontend):
         # A pipeline that validates nothing (validate=False) skips the per-route numbers check.
         flag = opts.options.get("self_check")
         self_check = opts.validate if flag is None else bool(flag)
-        return export(native, spec, opset, opts.get("nchw_inputs"), self.versions(), self_check)
+        with quiet_native_logs():
+            return export(native, spec, opset, opts.get("nchw_inputs"), self.versions(),
+                          self_check)
 
     def runner(self, native: Any, export: ExportResult) -> Runner:
         from unframe.converters.frontends._tf.runners import make_runner
 
         inputs: list[TensorSpec] = export.extra["tf_inputs"]
-        return make_runner(native, inputs, [v.name for v in export.model.graph.outputs],
-                           export.extra.get("nchw_inputs", ()))
+        with quiet_native_logs():  # its runs are quieted by the runner itself
+            return make_runner(native, inputs, [v.name for v in export.model.graph.outputs],
+                               export.extra.get("nchw_inputs", ()))
 
     def describe(self, native: Any) -> str:
         kind = {"keras": "Keras model", "function": "tf.function", "saved_model": "SavedModel",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,7 +46,9 @@ class TfModel:
 
 def quiet_tensorflow() -> None:
     """TF logs C++ info lines to stderr on import; the CLI output should stay readable."""
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    from unframe.quiet import quiet_tensorflow_env
+
+    quiet_tensorflow_env()
 
 
 def is_saved_model_dir(path: Path) -> bool:
@@ -53,15 +56,18 @@ def is_saved_model_dir(path: Path) -> bool:
                               or (path / "saved_model.pbtxt").is_file())
 
 
-def load(source: Any, trust: bool, signature: str | None) -> TfModel:
+def load(source: Any, trust: bool, signature: str | None, custom_objects: Any = None) -> TfModel:
+    """``custom_objects``: a .py path, module or dict of the model's custom Keras classes
+    (see ``custom.resolve``); used by .keras/.h5 files only."""
     quiet_tensorflow()
     if isinstance(source, (str, os.PathLike)):
-        return load_path(Path(source), trust, signature)
+        return load_path(Path(source), trust, signature, custom_objects)
     return from_object(source, signature)
 
 
 # -- files ----------------------------------------------------------------------------------
-def load_path(path: Path, trust: bool, signature: str | None) -> TfModel:
+def load_path(path: Path, trust: bool, signature: str | None, custom_objects: Any = None
+              ) -> TfModel:
     if not path.exists():
         raise InputError(f"{path}: no such file or directory", "check the path")
     if path.is_dir():
@@ -73,24 +79,28 @@ def load_path(path: Path, trust: bool, signature: str | None) -> TfModel:
     if path.stat().st_size == 0:
         raise InputError(f"{path}: the file is empty", "re-export the model")
     if suffix in KERAS_SUFFIXES:
-        return load_keras_file(path, trust)
+        return load_keras_file(path, trust, custom_objects)
     if suffix == ".tflite":
         return load_tflite(path)
     raise InputError(f"{path}: not a TensorFlow/Keras model file (suffix {suffix or 'none'})",
                      "pass a .keras, .h5 or .tflite file or a SavedModel directory")
 
 
-def load_keras_file(path: Path, trust: bool) -> TfModel:
+def load_keras_file(path: Path, trust: bool, custom_objects: Any = None) -> TfModel:
     lambdas = lambda_layers(path)
     if lambdas and not trust:
         raise TrustRequiredError(
             f"{path}: Lambda layer(s) {', '.join(lambdas)} hold Python code that runs when the "
             "model is loaded; a file from someone else could run anything on this machine",
             "pass --trust (trust=True) only if you trust where the file came from")
+    from unframe.converters.frontends._tf import custom
+
+    resolved = custom.resolve(custom_objects, trust)
     import keras
 
     try:
-        model = keras.saving.load_model(path, compile=False, safe_mode=not trust)
+        model = keras.saving.load_model(path, compile=False, safe_mode=not trust,
+                                        custom_objects=resolved[0] if resolved else None)
     except TrustRequiredError:
         raise
     except Exception as exc:  # keras raises ValueError/OSError/KeyError/... on bad files
@@ -98,9 +108,46 @@ def load_keras_file(path: Path, trust: bool) -> TfModel:
             raise TrustRequiredError(
                 f"{path}: loading needs Keras' unsafe mode ({_first_line(exc)})",
                 "pass --trust (trust=True) only if you trust where the file came from") from exc
+        missing = missing_custom_object(exc)
+        if missing is not None:
+            raise _missing_error(path, *missing, resolved[1] if resolved else None) from exc
         raise InputError(f"{path}: not a readable Keras model ({_first_line(exc)})",
                          "check that the file is complete; re-save it with model.save()") from exc
     return from_keras(model, str(path), path)
+
+
+# Keras 3: "Could not locate class 'Scale'" (.keras); legacy .h5: "Unknown layer: 'Scale'"
+_MISSING = (
+    re.compile(r"Could not locate (class|function) '([^']+)'"),
+    re.compile(r"Unknown (layer|loss|metric|activation|optimizer|initializer|regularizer|"
+               r"constraint|object|class|function)[^:'\n]*: '?([A-Za-z_][\w.>]*)'?"),
+)
+
+
+def missing_custom_object(exc: BaseException) -> tuple[str, str] | None:
+    """(kind, name) when Keras failed because the file names a class or function it doesn't
+    know (a custom one), else None. Looks through the exception's causes too."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        for pattern in _MISSING:
+            match = pattern.search(str(current))
+            if match:
+                kind = "function" if match.group(1) in ("function", "activation") else "class"
+                return kind, match.group(2).rsplit(">", 1)[-1]
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def _missing_error(path: Path, kind: str, name: str, given: str | None) -> InputError:
+    what = ("a custom layer or subclassed model" if kind == "class"
+            else "a custom activation, loss or metric")
+    if given is None:
+        return InputError(f"{path}: needs the custom {kind} {name!r} ({what})",
+                          "pass --custom-objects module.py that defines it (with --trust)")
+    return InputError(f"{path}: needs the custom {kind} {name!r} ({what}), which {given} does "
+                      "not provide", f"define {name} in that module, or list it in its __all__")
 
 
 def lambda_layers(path: Path) -> list[str]:
@@ -224,7 +271,7 @@ def from_object(obj: Any, signature: str | None) -> TfModel:
 
 def from_keras(model: Any, source: str, path: Path | None) -> TfModel:
     if not _functional_inputs(model):
-        return _subclassed(model, source)
+        return _subclassed(model, source, path)
     inputs = []
     for tensor in model.inputs:
         shape = tuple(None if d is None else int(d) for d in tensor.shape)
@@ -240,9 +287,10 @@ def _functional_inputs(model: Any) -> list[Any]:
         return []
 
 
-def _subclassed(model: Any, source: str) -> TfModel:
+def _subclassed(model: Any, source: str, path: Path | None = None) -> TfModel:
     """A subclassed Keras model has no symbolic inputs: export its call as a tf.function
-    (inputs from the caller's samples or --inputs), positional arguments as Keras takes them."""
+    (inputs from the caller's samples or --inputs, or for a file the shape it was built
+    with), positional arguments as Keras takes them."""
     import tensorflow as tf
 
     def call(*args: Any) -> Any:
@@ -251,7 +299,27 @@ def _subclassed(model: Any, source: str) -> TfModel:
     fn = tf.function(call, autograph=False)
     described = from_function(fn, f"{source} (subclassed, exported through its call)")
     described.int_high = embedding_bound(model)
+    if path is not None:
+        described.inputs = built_inputs(model)
     return described
+
+
+def built_inputs(model: Any) -> list[TensorSpec]:
+    """The one float input a subclassed model from a file was built with (Keras saves the
+    build shape), batch dim dynamic; [] when that is unknown, not one plain shape, or the model
+    has an Embedding (it would take integer ids, which the build shape does not say)."""
+    import keras
+
+    try:
+        shape = (model.get_build_config() or {}).get("input_shape")
+    except Exception:  # a model that overrides get_build_config badly: ask for --inputs
+        return []
+    plain = isinstance(shape, (list, tuple)) and len(shape) >= 1 and all(
+        d is None or (isinstance(d, int) and not isinstance(d, bool)) for d in shape)
+    if not plain or any(isinstance(layer, keras.layers.Embedding)
+                        for layer in model._flatten_layers()):
+        return []
+    return [TensorSpec("input", (None, *shape[1:]), "float32")]
 
 
 def keras_output_names(model: Any) -> list[str]:

@@ -15,6 +15,7 @@ import numpy as np
 
 from unframe.converters.frontends._tf.native import TfModel, make_interpreter
 from unframe.distributions import dist_version
+from unframe.quiet import quiet_native_logs
 from unframe.validate.runner import Runner, TensorSpec
 
 
@@ -46,7 +47,8 @@ class _TfRunner(Runner):
         for t in self.inputs:
             value = np.asarray(feeds[t.name])
             arrays[t.name] = to_channels_last(value) if t.name in self.nchw_inputs else value
-        values = self._run(arrays)  # in the order of self.model.outputs
+        with quiet_native_logs():
+            values = self._run(arrays)  # in the order of self.model.outputs
         if set(self.model.outputs) == set(self.onnx_outputs):
             by_name = dict(zip(self.model.outputs, values, strict=True))
             return {name: np.asarray(by_name[name]) for name in self.onnx_outputs}
