@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from unframe.opset import is_default_domain
+
 
 @dataclass(frozen=True)
 class Blocker:
@@ -22,7 +24,7 @@ class Blocker:
 
     def __str__(self) -> str:
         where = f"node {self.node!r} " if self.node else ""
-        dom = f"{self.domain}::" if self.domain and self.domain != "ai.onnx" else ""
+        dom = "" if is_default_domain(self.domain) else f"{self.domain}::"
         hint = f" ({self.hint})" if self.hint else ""
         return f"{where}[{dom}{self.op}]: {self.reason}{hint}"
 

@@ -25,12 +25,13 @@ import onnx
 import onnx_ir as ir
 
 from unframe.errors import InputError, OutputExistsError, UnsupportedError, UsageError
+from unframe.opset import DEFAULT_DOMAINS, ML_DOMAIN, main_opset, newest_opset
 
 # Serialized protobuf can't exceed 2 GiB; keep a margin for the graph itself.
 EXTERNAL_DATA_THRESHOLD = 1_800_000_000
 # With external data on, tensors smaller than this stay inline (shapes, axes, small biases).
 EXTERNAL_TENSOR_MIN_BYTES = 1024
-KNOWN_DOMAINS = {"", "ai.onnx", "ai.onnx.ml", "ai.onnx.preview.training", "com.microsoft",
+KNOWN_DOMAINS = {*DEFAULT_DOMAINS, ML_DOMAIN, "ai.onnx.preview.training", "com.microsoft",
                  "ai.onnx.training", "com.ms.internal.nhwc", "org.pytorch.aten", "pkg.onnxscript.torch_lib.common"}
 PROVENANCE_PREFIX = "unframe."
 
@@ -144,13 +145,11 @@ def check_external_data(proto: onnx.ModelProto, path: Path) -> None:
 # ------------------------------------------------------------------------- graph checks -----
 def check_graph(proto: onnx.ModelProto, where: str) -> None:
     """Structural checks with one-line errors: opsets, domains, undefined inputs, cycles."""
-    from unframe.opset import newest_opset
-
     newest = newest_opset()
-    imports = {o.domain or "": o.version for o in proto.opset_import}
-    if imports.get("", imports.get("ai.onnx", 0)) > newest:
+    opset = main_opset(proto)
+    if opset is not None and opset > newest:
         raise UnsupportedError(
-            f"{where}: opset {imports.get('', imports.get('ai.onnx'))} is newer than the installed "
+            f"{where}: opset {opset} is newer than the installed "
             f"onnx {onnx.__version__} knows (up to {newest})",
             "upgrade onnx (pip install -U onnx) or export at an older opset")
     local_fns = {(f.domain, f.name) for f in proto.functions}

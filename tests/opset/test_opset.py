@@ -55,3 +55,28 @@ def test_ops_of_counts_subgraphs_and_model_opset() -> None:
     counts = opset.ops_of(model)
     assert counts[("", "Relu")] == 3 and counts[("", "If")] == 1
     assert opset.model_opset(model) == 15 and opset.model_opset(model, "ai.onnx.ml") == 0
+
+
+def _model_with_imports(*imports: tuple[str, int]) -> onnx.ModelProto:
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid(d, v) for d, v in imports])
+
+
+def test_main_opset_of_protos_and_ir_models() -> None:
+    for imports, expected in [((("", 17), ("ai.onnx.ml", 3)), 17), ((("ai.onnx", 13),), 13),
+                              ((("ai.onnx.ml", 3),), None)]:
+        proto = _model_with_imports(*imports)
+        assert opset.main_opset(proto) == expected
+        assert opset.main_opset(ir.from_proto(proto)) == expected
+    no_default = _model_with_imports(("ai.onnx.ml", 3))
+    assert opset.main_opset(no_default, default=opset.FALLBACK_OPSET) == opset.FALLBACK_OPSET
+    assert opset.model_opset(ir.from_proto(no_default)) == 0
+
+
+def test_default_domain_spellings() -> None:
+    assert all(opset.is_default_domain(d) for d in ("", "ai.onnx", None))
+    assert not opset.is_default_domain("ai.onnx.ml")
+    assert opset.norm_domain("ai.onnx") == "" and opset.norm_domain("com.microsoft") == "com.microsoft"
+    assert opset.imported_opset({"ai.onnx": 12}) == 12 and opset.imported_opset({"": 9}, "ai.onnx") == 9

@@ -9,19 +9,31 @@ from __future__ import annotations
 
 import functools
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    import onnx
     import onnx_ir as ir
     from onnx.defs import OpSchema
 
+# The default ONNX domain has two spellings; this is the one place that lists them.
 DEFAULT_DOMAINS = ("", "ai.onnx")
 ML_DOMAIN = "ai.onnx.ml"
 MIN_OPSET = 7
+# The default-domain opset a pass assumes of a model that imports no default domain (every exporter
+# writes one; a hand-built graph may not).
+FALLBACK_OPSET = 18
 
 
-def _norm_domain(domain: str) -> str:
+def is_default_domain(domain: str | None) -> bool:
+    """True for the default ONNX domain, however it is spelled ("", "ai.onnx")."""
+    return (domain or "") in DEFAULT_DOMAINS
+
+
+def norm_domain(domain: str) -> str:
+    """``domain`` with the default domain spelled ""."""
     return "" if domain in DEFAULT_DOMAINS else domain
 
 
@@ -30,7 +42,7 @@ def newest_opset(domain: str = "") -> int:
     """The newest opset of ``domain`` the installed onnx knows (28 for onnx 1.23)."""
     import onnx.defs
 
-    domain = _norm_domain(domain)
+    domain = norm_domain(domain)
     if domain == "":
         return int(onnx.defs.onnx_opset_version())
     return max(s.since_version for s in _all_schemas() if s.domain == domain)
@@ -47,13 +59,13 @@ def _all_schemas() -> tuple[OpSchema, ...]:
 def _history() -> dict[tuple[str, str], tuple[OpSchema, ...]]:
     out: dict[tuple[str, str], list[OpSchema]] = {}
     for s in _all_schemas():
-        out.setdefault((_norm_domain(s.domain), s.name), []).append(s)
+        out.setdefault((norm_domain(s.domain), s.name), []).append(s)
     return {k: tuple(sorted(v, key=lambda s: s.since_version)) for k, v in out.items()}
 
 
 def since_versions(op: str, domain: str = "") -> list[int]:
     """Every opset at which ``op``'s schema changed (the since_version of each schema), ascending."""
-    return [s.since_version for s in _history().get((_norm_domain(domain), op), ())]
+    return [s.since_version for s in _history().get((norm_domain(domain), op), ())]
 
 
 def schema_at(op: str, opset: int, domain: str = "") -> OpSchema | None:
@@ -62,7 +74,7 @@ def schema_at(op: str, opset: int, domain: str = "") -> OpSchema | None:
     A schema marked deprecated (e.g. Upsample from 10, Scatter from 11) counts as absent.
     """
     best = None
-    for s in _history().get((_norm_domain(domain), op), ()):
+    for s in _history().get((norm_domain(domain), op), ()):
         if s.since_version <= opset:
             best = s
     if best is None or best.deprecated:
@@ -91,16 +103,36 @@ def introduced_at(op: str, domain: str = "") -> int | None:
 
 def ops_at(opset: int, domain: str = "") -> set[str]:
     """Names of all ops available at ``opset``."""
-    d = _norm_domain(domain)
+    d = norm_domain(domain)
     return {name for (dom, name) in _history() if dom == d and exists_at(name, opset, d)}
+
+
+def imported_opset(imports: Mapping[str, int], domain: str = "") -> int:
+    """The opset an ``opset_imports`` mapping gives ``domain`` (0 when not imported)."""
+    if norm_domain(domain) == "":
+        for spelling in DEFAULT_DOMAINS:
+            if spelling in imports:
+                return int(imports[spelling])
+        return 0
+    return int(imports.get(domain, 0))
 
 
 def model_opset(model: ir.Model, domain: str = "") -> int:
     """The opset the model imports for ``domain`` (0 when not imported)."""
-    imports = model.opset_imports
-    if _norm_domain(domain) == "":
-        return int(imports.get("", imports.get("ai.onnx", 0)))
-    return int(imports.get(domain, 0))
+    return imported_opset(model.opset_imports, domain)
+
+
+def main_opset(model: ir.Model | onnx.ModelProto, default: int | None = None) -> int | None:
+    """The default-domain (ai.onnx) opset of an ``onnx_ir`` model or function, or of an onnx
+    ``ModelProto``/``FunctionProto``; ``default`` (None) when it imports no default domain.
+    The one place that answers "which opset is this model at"."""
+    imports = getattr(model, "opset_imports", None)
+    if imports is None:  # a protobuf
+        imports = {o.domain: o.version for o in model.opset_import}
+    for spelling in DEFAULT_DOMAINS:
+        if spelling in imports:
+            return int(imports[spelling])
+    return default
 
 
 def ops_of(model: ir.Model) -> Counter[tuple[str, str]]:
@@ -111,7 +143,7 @@ def ops_of(model: ir.Model) -> Counter[tuple[str, str]]:
     graphs: list[Any] = [model.graph, *model.functions.values()]
     for g in graphs:
         for node in RecursiveGraphIterator(g):
-            counts[(_norm_domain(node.domain), node.op_type)] += 1
+            counts[(norm_domain(node.domain), node.op_type)] += 1
     return counts
 
 
@@ -145,12 +177,12 @@ def _types_sig(schema: OpSchema) -> dict[str, frozenset[str]]:
 
 def changes(op: str, domain: str = "") -> list[SchemaChange]:
     """The schema changes of ``op``, one per consecutive pair of schemas."""
-    hist = _history().get((_norm_domain(domain), op), ())
+    hist = _history().get((norm_domain(domain), op), ())
     out = []
     for old, new in zip(hist, hist[1:], strict=False):
         a_old, a_new = set(old.attributes), set(new.attributes)
         out.append(SchemaChange(
-            op, _norm_domain(domain), old.since_version, new.since_version,
+            op, norm_domain(domain), old.since_version, new.since_version,
             tuple(sorted(a_new - a_old)), tuple(sorted(a_old - a_new)),
             _io_sig(old.inputs) != _io_sig(new.inputs) or old.min_input != new.min_input
             or old.max_input != new.max_input,
@@ -162,5 +194,6 @@ def changes(op: str, domain: str = "") -> list[SchemaChange]:
 
 __all__ = [
     "newest_opset", "since_versions", "schema_at", "since_version_at", "exists_at", "introduced_at",
-    "ops_at", "model_opset", "ops_of", "changes", "SchemaChange", "MIN_OPSET", "ML_DOMAIN",
+    "ops_at", "model_opset", "main_opset", "imported_opset", "ops_of", "changes", "SchemaChange",
+    "MIN_OPSET", "ML_DOMAIN", "DEFAULT_DOMAINS", "FALLBACK_OPSET", "is_default_domain", "norm_domain",
 ]

@@ -72,7 +72,7 @@ def _targets(model: ir.Model, target: int, ml_target: int | None) -> dict[str, i
 
 
 def _imports_of(owner: Any) -> dict[str, int]:
-    return {("" if k == "ai.onnx" else k): int(v) for k, v in owner.opset_imports.items()}
+    return {facts.norm_domain(k): int(v) for k, v in owner.opset_imports.items()}
 
 
 def _all_values(model: ir.Model) -> list[ir.Value]:
@@ -113,8 +113,8 @@ def _run(model: ir.Model, targets: dict[str, int], proto: Any = None) -> Walker:
 
 def _set_imports(owner: Any, targets: dict[str, int]) -> None:
     imports = owner.opset_imports
-    if "ai.onnx" in imports:
-        del imports["ai.onnx"]
+    for alias in [d for d in imports if d and facts.is_default_domain(d)]:
+        del imports[alias]  # the default domain is written as ""
     for domain, version in targets.items():
         if domain == "" or domain in imports:
             imports[domain] = version

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import numpy as np
 import onnx_ir as ir
 
-from unframe.version_converter import fold as _fold
+import unframe.version_converter.fold as _fold
 
 if TYPE_CHECKING:
     from onnx.defs import OpSchema

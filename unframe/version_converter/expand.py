@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import onnx
 import onnx_ir as ir
 
+from unframe import opset as facts
 from unframe.version_converter.context import Refused, replace_node_outputs
 
 if TYPE_CHECKING:
@@ -85,8 +86,8 @@ def _attribute(proto: onnx.AttributeProto, node: ir.Node, schema: OpSchema) -> i
 def expand(node: ir.Node, schema: OpSchema, walker: Walker) -> list[ir.Node]:
     """Replace ``node`` by its function body; return the new nodes (registered with the walker)."""
     body = function_body(node, schema)
-    opset = next((o.version for o in body.opset_import if o.domain in ("", "ai.onnx")), schema.since_version)
-    if any(n.domain not in ("", "ai.onnx") for n in body.node):
+    opset = facts.main_opset(body, default=schema.since_version)
+    if any(not facts.is_default_domain(n.domain) for n in body.node):
         raise Refused(f"{node.op_type}'s function body uses another domain")
     values: dict[str, ir.Value | None] = {"": None}
     for name, value in zip(body.input, node.inputs, strict=False):

@@ -8,6 +8,8 @@ from collections.abc import Callable
 import numpy as np
 import onnx_ir as ir
 
+from unframe.opset import is_default_domain
+
 MAX_FOLD_ELEMENTS = 1 << 16
 _FOLDABLE = {
     "Identity", "Cast", "Concat", "Unsqueeze", "Squeeze", "Reshape", "Neg", "Add", "Sub", "Mul", "Div",
@@ -47,7 +49,7 @@ def fold(value: ir.Value | None, opset_of: Callable[[ir.Node], int], depth: int 
     node = value.producer()
     if node is None:
         return None
-    if node.domain not in ("", "ai.onnx"):
+    if not is_default_domain(node.domain):
         return None
     if node.op_type == "Constant":
         return constant_node_value(node)

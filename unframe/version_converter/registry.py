@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from unframe.opset import norm_domain
 from unframe.registry import Registry
 
 if TYPE_CHECKING:
@@ -60,7 +61,7 @@ def adapter(op: str, from_version: int, to_version: int, *, domain: str = "",
     """
     if abs(from_version - to_version) != 1:
         raise ValueError(f"adapter {op} {from_version}->{to_version}: steps are one opset apart")
-    dom = "" if domain == "ai.onnx" else domain
+    dom = norm_domain(domain)
     key = AdapterKey(dom, op, from_version, to_version)
     if type_free:
         TYPE_FREE.add(key)

@@ -10,6 +10,8 @@ from __future__ import annotations
 import onnx
 import onnx_ir as ir
 
+from unframe.opset import is_default_domain
+
 SMALL_INITIALIZER_BYTES = 1 << 16
 
 
@@ -187,7 +189,7 @@ def fill_ranks(graphs: list[ir.Graph | ir.Function]) -> None:
 
     for graph in graphs:
         for node in RecursiveGraphIterator(graph):
-            if node.domain not in ("", "ai.onnx") or all(v.shape is not None for v in node.outputs):
+            if not is_default_domain(node.domain) or all(v.shape is not None for v in node.outputs):
                 continue
             rank = _rank_of_outputs(node)
             if rank is None:

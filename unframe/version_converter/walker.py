@@ -18,18 +18,14 @@ from typing import Any
 import onnx.defs
 import onnx_ir as ir
 
+import unframe.version_converter.generic as generic
 from unframe import opset as facts
 from unframe.errors import Blocker
-from unframe.version_converter import generic
 from unframe.version_converter.context import Refused, Step
 from unframe.version_converter.expand import expand
 from unframe.version_converter.registry import TYPE_FREE, AdapterKey, adapter_table
 
 CONVERTED_DOMAINS = ("", facts.ML_DOMAIN)
-
-
-def _norm(domain: str) -> str:
-    return "" if domain == "ai.onnx" else domain
 
 
 @functools.cache
@@ -76,7 +72,7 @@ class Walker:
         return f"{hint}_vc{next(self._names)}"
 
     def opset_of(self, node: ir.Node) -> int:
-        return self._opset.get(id(node), self.targets.get(_norm(node.domain), 0))
+        return self._opset.get(id(node), self.targets.get(facts.norm_domain(node.domain), 0))
 
     def register_new(self, node: ir.Node, version: int) -> None:
         self._opset[id(node)] = version
@@ -90,8 +86,7 @@ class Walker:
             return
         self._seen_graphs.add(id(graph))
         for node in list(graph):
-            self._opset.setdefault(id(node), imports.get(_norm(node.domain), imports.get("ai.onnx", 0))
-                                   if _norm(node.domain) == "" else imports.get(node.domain, 0))
+            self._opset.setdefault(id(node), facts.imported_opset(imports, node.domain))
             self._queue.append(node)
         while self._queue:
             node = self._queue.popleft()
@@ -115,10 +110,10 @@ class Walker:
         planned: list[tuple[ir.Node, str, list[tuple[Any, ...]]]] = []
         for graph, imports in graphs:  # first only the plans: cheap, and most refusals show here
             for node in RecursiveGraphIterator(graph):
-                domain = _norm(node.domain)
+                domain = facts.norm_domain(node.domain)
                 if domain not in CONVERTED_DOMAINS or domain not in self.targets:
                     continue
-                current = imports.get(domain, imports.get("ai.onnx", 0) if domain == "" else 0)
+                current = facts.imported_opset(imports, domain)
                 if _since_version_at(node.op_type, max(current, 1), domain) is None:
                     return False
                 plan = self._resolved(node.op_type, domain, current, self.targets[domain])
@@ -154,7 +149,7 @@ class Walker:
             for name in names:
                 node.attributes.pop(name, None)
         for node, steps in nodes:
-            self._opset[id(node)] = self.targets[_norm(node.domain)]
+            self._opset[id(node)] = self.targets[facts.norm_domain(node.domain)]
             self.nodes_changed += int(steps > 0)
             self.fired["generic"] += steps
         return True
@@ -203,17 +198,17 @@ class Walker:
         origin = self._origin.get(id(node))
         if origin is None:
             self.blockers.append(Blocker(op=node.op_type, reason=reason, node=node.name or "",
-                                         domain=_norm(node.domain)))
+                                         domain=facts.norm_domain(node.domain)))
             return
         # a node of an expansion: the user has the expanded node, so the blocker names that one,
         # why it was expanded, and the first node of its body that can't reach the target
         root, why = origin
         entry = self._root_blockers.get(id(root))
         if entry is None:
-            first = (f"{why}; its function body does not reach opset {self.targets.get(_norm(root.domain))} "
+            first = (f"{why}; its function body does not reach opset {self.targets.get(facts.norm_domain(root.domain))} "
                      f"either: [{node.op_type}] {reason}")
             self._root_blockers[id(root)] = [len(self.blockers), first, 0]
-            self.blockers.append(Blocker(op=root.op_type, node=root.name or "", domain=_norm(root.domain),
+            self.blockers.append(Blocker(op=root.op_type, node=root.name or "", domain=facts.norm_domain(root.domain),
                                          reason=first))
             return
         index, first, more = entry[0], entry[1], entry[2] + 1
@@ -223,7 +218,7 @@ class Walker:
 
     def _convert_node(self, node: ir.Node) -> bool:
         """Walk one node to its target; False when it was replaced by other nodes."""
-        domain = _norm(node.domain)
+        domain = facts.norm_domain(node.domain)
         if domain not in CONVERTED_DOMAINS or domain not in self.targets:
             return True
         target = self.targets[domain]

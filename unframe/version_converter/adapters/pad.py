@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from unframe.version_converter import dynamic as dyn
+import unframe.version_converter.dynamic as dyn
 from unframe.version_converter.context import Step
 from unframe.version_converter.generic import check_types
 from unframe.version_converter.moves import drop_inputs_from, dtype_of, input_value, require_types

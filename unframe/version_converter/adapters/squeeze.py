@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from unframe.version_converter import dynaxes
+import unframe.version_converter.dynaxes as dynaxes
 from unframe.version_converter.context import Step
 from unframe.version_converter.moves import attr_to_input, input_to_attr, require_types
 from unframe.version_converter.registry import adapter

@@ -32,6 +32,7 @@ import onnx_ir as ir
 
 from unframe.converters.backends.tensorrt.preflight import infer_dtypes
 from unframe.converters.backends.tensorrt.table import lookup
+from unframe.opset import FALLBACK_OPSET, is_default_domain, main_opset
 
 FLOAT = ir.DataType.FLOAT
 LOW_TYPES = {"fp16": ir.DataType.FLOAT16, "bf16": ir.DataType.BFLOAT16}
@@ -66,7 +67,7 @@ class LowerPrecisionPass(ir.passes.InPlacePass):
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         graph = model.graph
         dtypes = infer_dtypes(model)
-        opset = model.opset_imports.get("", 18)
+        opset = main_opset(model, default=FALLBACK_OPSET)
         low_nodes = [n for n in graph if self._goes_low(n, dtypes)]
         casts = _Casts(graph)
         low_set = {id(n) for n in low_nodes}
@@ -86,7 +87,7 @@ class LowerPrecisionPass(ir.passes.InPlacePass):
         return ir.passes.PassResult(model, modified=bool(low_nodes))
 
     def _goes_low(self, node: ir.Node, dtypes: dict[str, int]) -> bool:
-        if node.domain not in ("", "ai.onnx") or node.op_type in KEEP_FP32 | TYPED_BY_ATTRIBUTE:
+        if not is_default_domain(node.domain) or node.op_type in KEEP_FP32 | TYPED_BY_ATTRIBUTE:
             return False
         if any(a.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS)
                for a in node.attributes.values()):

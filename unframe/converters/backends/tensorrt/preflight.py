@@ -23,8 +23,8 @@ import onnx_ir as ir
 
 from unframe.converters.backends.tensorrt.table import NO_TRT_TYPE, ONNX_TO_TABLE_TYPE, lookup
 from unframe.errors import Blocker
+from unframe.opset import DEFAULT_DOMAINS, FALLBACK_OPSET, main_opset
 
-DEFAULT_DOMAINS = ("", "ai.onnx")
 TOPK_MAX_K = 3840
 RESIZE_COORD_MODES = {"half_pixel", "pytorch_half_pixel", "tf_half_pixel_for_nn", "asymmetric",
                       "align_corners"}
@@ -67,7 +67,7 @@ class Context:
 
     dtypes: dict[str, int]
     graph_inputs: set[str]
-    opset: int = 18
+    opset: int = FALLBACK_OPSET
     _static: dict[int, bool] = field(default_factory=dict)
 
     def dtype(self, value: ir.Value | None) -> int | None:
@@ -131,7 +131,7 @@ def check(model: ir.Model, flavour: str | None = None) -> list[Blocker]:
     ("tensorrt" / "tensorrt_rtx", when known) adds what only that flavour lacks."""
     ctx = Context(dtypes=infer_dtypes(model),
                   graph_inputs={v.name for v in model.graph.inputs if v.name},
-                  opset=model.opset_imports.get("", model.opset_imports.get("ai.onnx", 18)))
+                  opset=main_opset(model, default=FALLBACK_OPSET))
     blockers: list[Blocker] = []
     for node in ir.traversal.RecursiveGraphIterator(model.graph):
         found = check_node(node, ctx)

@@ -22,9 +22,10 @@ import numpy as np
 import onnx_ir as ir
 import onnx_ir.passes.common as common_passes
 
+from unframe.opset import DEFAULT_DOMAINS, FALLBACK_OPSET, main_opset
+
 logger = logging.getLogger(__name__)
 
-DEFAULT_DOMAINS = ("", "ai.onnx")
 NONDETERMINISTIC = {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike",
                     "Multinomial", "Bernoulli", "Dropout"}
 # A folded output may grow over its inputs (Expand, ConstantOfShape, Tile): allow small ones only.
@@ -49,7 +50,7 @@ class FoldConstantsPass(ir.passes.InPlacePass):
         self.opset = opset
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
-        opset = self.opset or model.opset_imports.get("", 18)
+        opset = self.opset or main_opset(model, default=FALLBACK_OPSET)
         graph = model.graph
         graph_inputs = {v.name for v in graph.inputs}
         count = 0

@@ -15,15 +15,11 @@ from typing import Any
 import numpy as np
 
 from unframe.converters.backends.coreml.mil_eval._ct import mil_types
-from unframe.converters.backends.coreml.mil_eval.registry import KERNELS
+from unframe.converters.backends.coreml.mil_eval.registry import KERNELS, KernelError
 from unframe.errors import Blocker, InputError, UnsupportedError
 
 # ops whose value is already held by their output var once the program is loaded
 _CONST_OPS = frozenset({"const", "_const_symbolic"})
-
-
-class KernelError(RuntimeError):
-    """A kernel failed or produced a value the program's types contradict (an evaluator bug)."""
 
 
 @dataclass

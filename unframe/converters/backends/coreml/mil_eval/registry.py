@@ -15,6 +15,11 @@ from unframe.registry import Registry
 
 KernelFn = Callable[..., Any]
 
+
+class KernelError(RuntimeError):
+    """A kernel failed or produced a value the program's types contradict (an evaluator bug)."""
+
+
 _FAMILIES = (
     "elementwise", "activation", "reduction", "conv", "pool", "normalization", "linear",
     "tensor_operation", "tensor_transformation", "scatter_gather", "image_resizing",

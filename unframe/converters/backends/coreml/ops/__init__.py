@@ -17,7 +17,7 @@ from unframe.registry import Registry
 if TYPE_CHECKING:
     import onnx_ir as ir
 
-    from unframe.converters.backends.coreml.translate import TranslateContext
+    from unframe.converters.backends.coreml.context import TranslateContext
 
 TranslateFn = Callable[["TranslateContext"], Any]
 # A check returns the reasons the node can't be translated (attribute values, dtypes...), [] if none.

@@ -7,9 +7,9 @@ from typing import Any
 
 import numpy as np
 
+from unframe.converters.backends.coreml.context import TranslateContext
 from unframe.converters.backends.coreml.ops import translator
 from unframe.converters.backends.coreml.ops._util import mb, norm_axis, scalar
-from unframe.converters.backends.coreml.translate import TranslateContext
 
 
 def _unary(mil_op: str) -> Any:

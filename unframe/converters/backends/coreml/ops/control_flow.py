@@ -13,9 +13,9 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
+from unframe.converters.backends.coreml.context import TranslateContext
 from unframe.converters.backends.coreml.ops import translator
 from unframe.converters.backends.coreml.ops._util import cast, mb
-from unframe.converters.backends.coreml.translate import TranslateContext
 
 MAX_UNROLL = 256
 

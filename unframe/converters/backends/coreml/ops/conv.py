@@ -6,9 +6,9 @@ from typing import Any
 
 import numpy as np
 
+from unframe.converters.backends.coreml.context import TranslateContext
 from unframe.converters.backends.coreml.ops import translator
 from unframe.converters.backends.coreml.ops._util import broadcast_to_rank, mb
-from unframe.converters.backends.coreml.translate import TranslateContext
 
 _AUTO_PAD = {"SAME_UPPER": "same", "SAME_LOWER": "same_lower", "VALID": "valid"}
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from unframe.converters.backends.coreml.context import TranslateContext
 from unframe.converters.backends.coreml.ops import translator
 from unframe.converters.backends.coreml.ops._util import (
     cast,
@@ -18,7 +19,6 @@ from unframe.converters.backends.coreml.ops._util import (
     round_half_even,
     scalar,
 )
-from unframe.converters.backends.coreml.translate import TranslateContext
 
 
 def align(a: Any, b: Any) -> tuple[Any, Any]:

@@ -7,9 +7,9 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
+from unframe.converters.backends.coreml.context import TranslateContext
 from unframe.converters.backends.coreml.ops import translator
 from unframe.converters.backends.coreml.ops._util import cast, dim, mb, norm_axis
-from unframe.converters.backends.coreml.translate import TranslateContext
 
 
 def _positive(ctx: TranslateContext, indices: Any, size: Any, i: int) -> Any:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from unframe.converters.backends.coreml.context import TranslateContext
 from unframe.converters.backends.coreml.ops import translator
 from unframe.converters.backends.coreml.ops._util import mb, scalar
-from unframe.converters.backends.coreml.translate import TranslateContext
 
 
 @translator("MatMul")

@@ -8,9 +8,9 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
+from unframe.converters.backends.coreml.context import TranslateContext
 from unframe.converters.backends.coreml.ops import translator
 from unframe.converters.backends.coreml.ops._util import broadcast_to_rank, mb, norm_axis, scalar
-from unframe.converters.backends.coreml.translate import TranslateContext
 
 
 def _bn_check(node: ir.Node) -> list[str]:

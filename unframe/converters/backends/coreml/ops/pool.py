@@ -7,10 +7,10 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
+from unframe.converters.backends.coreml.context import TranslateContext
 from unframe.converters.backends.coreml.ops import translator
 from unframe.converters.backends.coreml.ops._util import cast, dtype_name, mb, scalar
 from unframe.converters.backends.coreml.ops.conv import mil_padding
-from unframe.converters.backends.coreml.translate import TranslateContext
 
 
 def _max_pool_check(node: ir.Node) -> list[str]:

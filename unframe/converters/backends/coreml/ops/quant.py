@@ -8,9 +8,9 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
+from unframe.converters.backends.coreml.context import TranslateContext
 from unframe.converters.backends.coreml.ops import translator
 from unframe.converters.backends.coreml.ops._util import cast, mb, norm_axis, round_half_even, scalar
-from unframe.converters.backends.coreml.translate import TranslateContext
 
 _RANGES = {ir.DataType.UINT8: (0, 255), ir.DataType.INT8: (-128, 127),
            ir.DataType.UINT16: (0, 65535), ir.DataType.INT16: (-32768, 32767),

@@ -6,9 +6,9 @@ from typing import Any
 
 import numpy as np
 
+from unframe.converters.backends.coreml.context import TranslateContext
 from unframe.converters.backends.coreml.ops import translator
 from unframe.converters.backends.coreml.ops._util import mb, norm_axis
-from unframe.converters.backends.coreml.translate import TranslateContext
 
 _REDUCE = {
     "ReduceSum": "reduce_sum", "ReduceMean": "reduce_mean", "ReduceMax": "reduce_max",

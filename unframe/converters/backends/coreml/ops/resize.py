@@ -18,9 +18,9 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
+from unframe.converters.backends.coreml.context import TranslateContext
 from unframe.converters.backends.coreml.ops import translator
 from unframe.converters.backends.coreml.ops._util import cast, dtype_name, mb, norm_axis
-from unframe.converters.backends.coreml.translate import TranslateContext
 
 
 def _resize_check(node: ir.Node) -> list[str]:

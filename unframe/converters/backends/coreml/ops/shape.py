@@ -8,9 +8,9 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
+from unframe.converters.backends.coreml.context import MIL_DTYPES, TranslateContext, np_const
 from unframe.converters.backends.coreml.ops import translator
 from unframe.converters.backends.coreml.ops._util import cast, dtype_name, mb, shape_of, static_dims
-from unframe.converters.backends.coreml.translate import MIL_DTYPES, TranslateContext, np_const
 
 
 @translator("Constant")

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
+from unframe.converters.backends.coreml.context import MIL_DTYPES, TranslateContext
 from unframe.converters.backends.coreml.ops import translator
 from unframe.converters.backends.coreml.ops._util import (
     cast,
@@ -20,7 +21,6 @@ from unframe.converters.backends.coreml.ops._util import (
     shape_of,
     static_dims,
 )
-from unframe.converters.backends.coreml.translate import MIL_DTYPES, TranslateContext
 
 
 @translator("Identity")

@@ -10,8 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from unframe.converters.backends.coreml.mil_eval.evaluator import KernelError
-from unframe.converters.backends.coreml.mil_eval.registry import kernel
+from unframe.converters.backends.coreml.mil_eval.registry import KernelError, kernel
 
 
 @kernel("classify")
