@@ -23,3 +23,13 @@ def test_support_doc_counts_come_from_the_registries() -> None:
     text = (ROOT / "docs" / "support.md").read_text()
     assert f"{len(supported_ops())} ONNX ops (default domain) translate to MIL" in text
     assert f"the {len(adapter_table())} registered one-step adapters" in text
+
+
+def test_cli_doc_usage_lines_name_each_command_once() -> None:
+    from unframe.tools.gen_docs import cli_markdown
+
+    text = cli_markdown()
+    assert "unframe unframe" not in text
+    assert "Usage: unframe check [OPTIONS] MODEL" in text
+    assert "Usage: unframe zoo upgrade [OPTIONS]" in text
+    assert "## `unframe zoo upgrade`" in text

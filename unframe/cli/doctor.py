@@ -38,7 +38,9 @@ def gather() -> dict[str, Any]:
 
 
 def render(info: dict[str, Any], console: Any) -> None:
+    from rich.markup import escape
     from rich.table import Table
+    from rich.text import Text
 
     console.print(f"unframe {info['unframe']} on Python {info['python']} ({info['platform']})", markup=False)
     console.print("core: " + ", ".join(f"{k} {v}" for k, v in info["core"].items()), markup=False)
@@ -47,9 +49,10 @@ def render(info: dict[str, Any], console: Any) -> None:
         for c in ("name", "usable", "versions", "to install"):
             t.add_column(c)
         for r in info[kind]:
-            t.add_row(r["name"], "yes" if r["usable"] else "no",
-                      ", ".join(f"{k} {v}" for k, v in r["versions"].items()) or "-",
-                      r["install"] or "-")
+            # cells are Text, not markup: "pip install 'unframe[torch]'" keeps its [torch]
+            t.add_row(Text(str(r["name"])), "yes" if r["usable"] else "no",
+                      Text(", ".join(f"{k} {v}" for k, v in r["versions"].items()) or "-"),
+                      Text(r["install"] or "-"))
         console.print(t)
     for e in info["plugin_errors"]:
-        console.print(f"[yellow]warning[/]: {e}")
+        console.print(f"[yellow]warning[/]: {escape(str(e))}")

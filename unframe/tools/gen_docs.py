@@ -26,18 +26,20 @@ def cli_markdown() -> str:
         cmd = cli.get_command(ctx, name)
         if cmd is None:
             continue
-        lines += _command_md(cmd, f"unframe {name}", ctx)
+        lines += _command_md(cmd, name, ctx)
     return "\n".join(lines).rstrip() + "\n"
 
 
-def _command_md(cmd: click.Command, path: str, parent: click.Context) -> list[str]:
-    ctx = click.Context(cmd, info_name=path, parent=parent, terminal_width=100, max_content_width=100)
+def _command_md(cmd: click.Command, name: str, parent: click.Context) -> list[str]:
+    # info_name is the bare command name: click builds "Usage: unframe zoo upgrade" from the parents
+    ctx = click.Context(cmd, info_name=name, parent=parent, terminal_width=100, max_content_width=100)
+    path = ctx.command_path
     out = [f"## `{path}`", "", "```", cmd.get_help(ctx), "```", ""]
     if isinstance(cmd, click.Group):
         for sub in cmd.list_commands(ctx):
             subcmd = cmd.get_command(ctx, sub)
             if subcmd is not None:
-                out += _command_md(subcmd, f"{path} {sub}", ctx)
+                out += _command_md(subcmd, sub, ctx)
     return out
 
 
