@@ -66,6 +66,7 @@ def cases() -> list[tuple[str, Callable[[], Any], str, str]]:
         impute,
         isotonic,
         linear_model,
+        mixture,
         naive_bayes,
         neighbors,
         neural_network,
@@ -106,6 +107,10 @@ def cases() -> list[tuple[str, Callable[[], Any], str, str]]:
         ("MLPRegressor", lambda: neural_network.MLPRegressor(hidden_layer_sizes=(8,), max_iter=300, random_state=0), "x", "reg"),
         ("KMeans", lambda: cluster.KMeans(3, n_init=1, random_state=0), "x", "none"),
         ("MiniBatchKMeans", lambda: cluster.MiniBatchKMeans(3, n_init=1, random_state=0), "x", "none"),
+        ("IsolationForest", lambda: ensemble.IsolationForest(n_estimators=10, random_state=0), "x", "none"),
+        ("OneClassSVM", lambda: svm.OneClassSVM(nu=0.2), "x", "none"),
+        ("LocalOutlierFactor", lambda: neighbors.LocalOutlierFactor(novelty=True), "x", "none"),
+        ("GaussianMixture", lambda: mixture.GaussianMixture(2, random_state=0), "x", "none"),
         ("PCA", lambda: decomposition.PCA(2), "x", "none"),
         ("TruncatedSVD", lambda: decomposition.TruncatedSVD(2, random_state=0), "x", "none"),
         ("StandardScaler", lambda: preprocessing.StandardScaler(), "x", "none"),
@@ -155,9 +160,44 @@ def test_estimator_matches_sklearn(case_id: str, factory: Callable[[], Any], x_k
         assert names == ["label", "probabilities"]
         assert export.exact_outputs == ["label"]
         assert not any(n.op_type == "ZipMap" for n in export.model.graph)  # plain tensors
-    if type(model).__name__ in ("KMeans", "MiniBatchKMeans"):
+    if type(model).__name__ in ("KMeans", "MiniBatchKMeans", "IsolationForest", "OneClassSVM",
+                                "LocalOutlierFactor", "GaussianMixture"):
         assert export.exact_outputs == ["label"]
     assert export.tool == "skl2onnx" and export.route.startswith("skl2onnx")
+
+
+@pytest.mark.parametrize("validate", [True, False])
+def test_isolation_forest_converts_with_and_without_validation(validate: bool) -> None:
+    """skl2onnx converts it; unframe used to refuse it while exporting (no reference method for
+    its outputs), so the suggested --no-validate failed the same way."""
+    from sklearn.ensemble import IsolationForest
+
+    import unframe
+
+    x = np.random.default_rng(0).standard_normal((64, 4)).astype(np.float32)
+    model = IsolationForest(n_estimators=10, random_state=0).fit(x)
+    result = unframe.convert(model, to="onnx", sample_inputs=x[:8], validate=validate)
+    assert [v.name for v in result.model.graph.outputs] == ["label", "scores"]
+    assert bool(result.report.stages) == validate
+    if validate:
+        assert result.report, result.report
+
+
+def test_outputs_with_no_known_method_convert_and_only_parity_refuses() -> None:
+    """NearestNeighbors' outputs (indices, distances) map to no estimator method: the conversion
+    needs no reference, so it succeeds; asking for a reference (parity) says to skip validation."""
+    from sklearn.neighbors import NearestNeighbors
+
+    from unframe.errors import UnsupportedError
+
+    model = NearestNeighbors(n_neighbors=2, radius=None).fit(X)
+    fe = FRONTENDS.get("sklearn")
+    export = fe.to_onnx(fe.load(model, ConvertOptions()), InputSpec(samples=X[:10]), ConvertOptions())
+    assert len(export.model.graph.outputs) == 2 and export.exact_outputs == []
+    assert any("precision auto: kept float32" in n for n in export.notes)
+    with pytest.raises(UnsupportedError, match="no known method mapping") as err:
+        fe.runner(model, export)
+    assert "--no-validate" in err.value.hint
 
 
 def test_at_least_25_estimator_types() -> None:

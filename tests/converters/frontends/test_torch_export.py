@@ -170,6 +170,44 @@ def test_exported_program_object_uses_its_own_inputs() -> None:
     assert_parity(native, result)
 
 
+STATIC_BATCH_NOTES = ("static (torch.export fixed", "(the model fixes it)")
+
+
+def batch_notes(result: ExportResult) -> list[str]:
+    return [n for n in result.notes if any(k in n for k in STATIC_BATCH_NOTES)]
+
+
+def test_static_exported_program_says_torch_export_fixed_its_shapes(tmp_path: Any) -> None:
+    pair = (torch.ones(2, 4), torch.ones(2, 3))
+    ep = torch.export.export(tm.make_two_inputs(), pair)
+    native, result = export(ep)
+    assert batch_notes(result) == ["the ExportedProgram's shapes are static (torch.export fixed them); "
+                                   "parity runs one batch size"]
+    assert len(result.feeds) == 1
+    assert_parity(native, result)
+    path = tmp_path / "m.pt2"
+    torch.export.save(ep, path)
+    _, from_file = export(str(path))
+    assert batch_notes(from_file) == ["the .pt2's shapes are static (torch.export fixed them); "
+                                      "parity runs one batch size"]
+
+
+def test_static_option_and_dynamic_batch_add_no_batch_note() -> None:
+    pair = (torch.ones(2, 4), torch.ones(2, 3))
+    _, static = export(tm.make_two_inputs(), pair, static=True)
+    _, dynamic = export(tm.make_two_inputs(), pair)
+    assert batch_notes(static) == batch_notes(dynamic) == []
+
+
+def test_a_module_with_a_static_batch_is_said_to_fix_it() -> None:
+    """(dynamo refuses a module that pins its batch and TorchScript keeps the dim symbolic, so
+    the note is checked directly)"""
+    from unframe.converters.frontends.torch import _static_batch_note
+
+    assert _static_batch_note(tm.make_two_inputs()) == (
+        "the batch axis came out static (the model fixes it); parity runs one batch size")
+
+
 def test_training_mode_module_is_exported_in_eval_mode() -> None:
     model = tm.make_two_inputs().train()
     native, result = export(model, (torch.ones(2, 4), torch.ones(2, 3)))

@@ -82,13 +82,16 @@ class SklearnFrontend(Frontend):
             notes=conv.notes + _how_notes(native), feeds=feeds,
             exact_outputs=_exact_outputs(native, conv), tolerances=_tolerances(native, conv),
             extra={"precision": "double" if conv.double else "float", "input_plan": plan,
-                   "methods": dict(zip(conv.output_names, conv.methods, strict=False)),
+                   "methods": None if conv.methods is None
+                   else dict(zip(conv.output_names, conv.methods, strict=False)),
                    "converted_by": ex.converted_by(native)})
 
     def runner(self, native: Any, export: ExportResult) -> Runner:
-        from unframe.converters.frontends._sklearn.runner import SklearnRunner
+        from unframe.converters.frontends._sklearn.runner import SklearnRunner, unmapped_outputs
 
-        methods: dict[str, str] = export.extra["methods"]
+        methods: dict[str, str] | None = export.extra["methods"]
+        if methods is None:  # only parity needs the mapping: --no-validate converts without it
+            raise unmapped_outputs(native, len(export.model.graph.outputs))
         return SklearnRunner(native, export.extra["input_plan"], list(methods.values()),
                              list(methods))
 
@@ -116,7 +119,7 @@ def _exact_outputs(native: Any, conv: Any) -> list[str]:
     from unframe.converters.frontends._sklearn.export import is_label
     from unframe.converters.frontends._sklearn.runner import PREDICT
 
-    if not is_label(native):
+    if not is_label(native) or conv.methods is None:
         return []
     return [n for n, m in zip(conv.output_names, conv.methods, strict=False) if m == PREDICT]
 
@@ -126,7 +129,8 @@ def _tolerances(native: Any, conv: Any) -> dict[str, tuple[float, float]]:
     ~3500 that cancel: float32 rounding reaches ~2e-4 there (skl2onnx's own converter too)."""
     from unframe.converters.frontends._sklearn.inputs import final_estimator
 
-    if conv.double or type(final_estimator(native)).__name__ != "GaussianProcessClassifier":
+    if conv.double or conv.methods is None \
+            or type(final_estimator(native)).__name__ != "GaussianProcessClassifier":
         return {}
     return {n: (1e-3, 1e-3) for n, m in zip(conv.output_names, conv.methods, strict=False) if m != "predict"}
 

@@ -23,11 +23,14 @@ from unframe.converters.frontends._torch.runner import TorchRunner, callable_of,
 from unframe.converters.frontends._torch.sources import is_factory_ref, load_factory, load_path
 from unframe.converters.registry import register_frontend
 from unframe.errors import ConversionError, UsageError
+from unframe.opset import main_opset
 from unframe.validate.runner import Runner
 
 EXPORTERS = ("dynamo", "torchscript")
 # Notes about how a source was loaded (e.g. routed by content), keyed by the native model.
 _LOAD_NOTES: weakref.WeakKeyDictionary[Any, list[str]] = weakref.WeakKeyDictionary()
+# What a loaded source is called in notes ("the .pt2"), keyed by the native model.
+_SOURCE_NAMES: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
 
 
 @register_frontend
@@ -64,6 +67,7 @@ class TorchFrontend(Frontend):
         elif isinstance(source, (str, Path)):
             native, notes = load_path(Path(source), trust=opts.trust,
                                       model_factory=opts.get("model_factory"))
+            _SOURCE_NAMES[native] = f"the {Path(source).suffix or 'file'}"
         elif isinstance(source, (torch.nn.Module, torch.export.ExportedProgram)):
             native, notes = source, []
         else:
@@ -88,9 +92,8 @@ class TorchFrontend(Frontend):
         model, route, workdir = self._export(native, inputs, outputs, opts, notes, what)
         self._adopt_graph_names(model, inputs, outputs, what)
         dynamic_batch = _batch_is_dynamic(model, inputs)
-        if inputs.batch is not None and not dynamic_batch:
-            notes.append("the batch axis came out static (the model fixes it); parity runs one "
-                         "batch size")
+        if inputs.batch is not None and not dynamic_batch:  # (--static leaves inputs.batch None)
+            notes.append(_static_batch_note(native))
         if exp.weight_bytes(model) > exp.EXTERNAL_DATA_THRESHOLD and not exp.has_external_data(model):
             workdir = workdir or exp.new_workdir()
             model = exp.externalize(model, Path(workdir.name))
@@ -101,7 +104,7 @@ class TorchFrontend(Frontend):
         elif workdir is not None:
             workdir.cleanup()
         return ExportResult(model=model, tool=f"torch.onnx ({route})", route=route,
-                            opset=model.opset_imports.get(""), tool_versions=self.versions(),
+                            opset=main_opset(model), tool_versions=self.versions(),
                             notes=notes, feeds=inp.feeds(inputs, dynamic_batch), extra=extra)
 
     def _inputs(self, native: Any, spec: InputSpec, what: str) -> inp.ModelInputs:
@@ -199,6 +202,29 @@ def _is_exported_program(native: Any) -> bool:
     import torch
 
     return isinstance(native, torch.export.ExportedProgram)
+
+
+def _static_batch_note(native: Any) -> str:
+    """Why the exported batch axis is static: an ExportedProgram's shapes are the ones torch.export
+    fixed (unframe can't make them dynamic); otherwise the model itself fixes the batch."""
+    if _is_exported_program(native):
+        name = _SOURCE_NAMES.get(native, "the ExportedProgram")
+        fixed = "shapes are static (torch.export fixed them)" if _exported_shapes_static(native) \
+            else "batch axis is static (torch.export fixed it)"
+        return f"{name}'s {fixed}; parity runs one batch size"
+    return "the batch axis came out static (the model fixes it); parity runs one batch size"
+
+
+def _exported_shapes_static(ep: Any) -> bool:
+    """True when every user input of the ExportedProgram has only concrete dims (no symbols)."""
+    user_inputs = set(ep.graph_signature.user_inputs)
+    for node in ep.graph.nodes:
+        if node.op != "placeholder" or node.name not in user_inputs:
+            continue
+        shape = getattr(node.meta.get("val"), "shape", ())
+        if not all(isinstance(d, int) for d in shape):
+            return False
+    return True
 
 
 def _routes(native: Any, notes: list[str]) -> tuple[str, ...]:

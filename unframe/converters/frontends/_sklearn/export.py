@@ -21,7 +21,12 @@ from unframe.converters.frontends._sklearn import inputs as inputs_mod
 from unframe.converters.frontends._sklearn.converters import EXTENSIONS, ONNXMLTOOLS, register_all
 from unframe.converters.frontends._sklearn.converters.hist_gradient_boosting import fix_ml_opset
 from unframe.converters.frontends._sklearn.inputs import InputPlan, walk
-from unframe.converters.frontends._sklearn.runner import PREDICT, SklearnRunner, output_methods
+from unframe.converters.frontends._sklearn.runner import (
+    PREDICT,
+    SklearnRunner,
+    labels_as_column,
+    output_methods,
+)
 from unframe.distributions import dist_version
 from unframe.errors import Blocker, ConversionError, InputError, UnsupportedError, UsageError
 from unframe.validate import tolerances
@@ -36,7 +41,7 @@ MIN_OPSET = 13  # Unsqueeze/ReduceSum with axes as inputs, used by unframe's con
 class Conversion:
     proto: onnx.ModelProto
     double: bool
-    methods: list[str]
+    methods: list[str] | None  # the estimator method behind each output; None: no known mapping
     output_names: list[str]
     notes: list[str] = field(default_factory=list)
 
@@ -152,7 +157,11 @@ def convert_route(model: Any, plan: InputPlan, *, double: bool, opset: int, zipm
     proto = run_skl2onnx(model, plan, double=double, opset=opset, zipmap=zipmap, source=source)
     names = [o.name for o in proto.graph.output]
     has_zipmap = any(n.op_type == "ZipMap" for n in proto.graph.node)
-    return Conversion(proto, double, output_methods(model, len(names), zipmap=has_zipmap), names)
+    try:
+        methods: list[str] | None = output_methods(model, len(names), zipmap=has_zipmap)
+    except UnsupportedError:
+        methods = None  # converting needs no reference; parity raises (SklearnFrontend.runner)
+    return Conversion(proto, double, methods, names)
 
 
 def float_mismatch(model: Any, plan: InputPlan, conv: Conversion) -> str:
@@ -183,7 +192,8 @@ def float_mismatch(model: Any, plan: InputPlan, conv: Conversion) -> str:
 def is_label(model: Any) -> bool:
     from sklearn.base import is_classifier
 
-    return is_classifier(model) or hasattr(inputs_mod.final_estimator(model), "cluster_centers_")
+    return is_classifier(model) or labels_as_column(model) \
+        or hasattr(inputs_mod.final_estimator(model), "cluster_centers_")
 
 
 def _is_map_sequence(value: Any) -> bool:
@@ -201,6 +211,10 @@ def choose_route(model: Any, plan: InputPlan, precision: str, *, opset: int, zip
         return _double_or_raise(model, plan, opset, zipmap, source)
     conv = convert_route(model, plan, double=False, opset=opset, zipmap=zipmap, source=source)
     if precision == "float":
+        return conv
+    if conv.methods is None:
+        conv.notes.append("precision auto: kept float32 (no scikit-learn method is known for "
+                          "these outputs, so float32 can't be checked against it)")
         return conv
     why = float_mismatch(model, plan, conv)
     if not why:

@@ -7,6 +7,10 @@ skl2onnx's output conventions, which the reference follows:
   RidgeClassifier[CV]), [d, -d] (SVC, NuSVC) and [-d, d] (SGDClassifier, Perceptron, ...);
 - regressors: ``variable`` = predict as [N, n_targets];
 - clusterers with transform (KMeans): ``label`` = predict, ``scores`` = transform;
+- outlier detectors (IsolationForest, OneClassSVM, LocalOutlierFactor(novelty=True)): ``label`` =
+  predict (1 inlier, -1 outlier) as [N, 1], ``scores`` = decision_function as [N, 1];
+- mixtures (GaussianMixture, BayesianGaussianMixture): ``label`` = predict as [N, 1],
+  ``probabilities`` = predict_proba;
 - transformers: ``variable`` = transform (dense).
 """
 
@@ -27,11 +31,12 @@ PREDICT, PROBA, PROBA_ZIPMAP, DECISION, DECISION_2COL, DECISION_SVC, TRANSFORM =
     "decision_function_2col", "decision_function_svc", "transform")
 ONE_COLUMN_BINARY = {"LinearSVC", "RidgeClassifier", "RidgeClassifierCV"}
 SVC_BINARY = {"SVC", "NuSVC"}
+MIXTURES = {"GaussianMixture", "BayesianGaussianMixture"}
 
 
 def output_methods(model: Any, n_outputs: int, zipmap: bool = False) -> list[str]:
     """Which estimator method produces each ONNX output, in output order."""
-    from sklearn.base import is_classifier, is_regressor
+    from sklearn.base import is_classifier, is_outlier_detector, is_regressor
 
     last = final_estimator(model)
     if is_classifier(model):
@@ -45,14 +50,31 @@ def output_methods(model: Any, n_outputs: int, zipmap: bool = False) -> list[str
         return [PREDICT, DECISION_SVC if name in SVC_BINARY else DECISION_2COL][:n_outputs]
     if is_regressor(model) or type(last).__name__ == "IsotonicRegression":
         return [PREDICT][:n_outputs]
+    if is_outlier_detector(model):
+        return [PREDICT, DECISION][:n_outputs]
+    if type(last).__name__ in MIXTURES:
+        return [PREDICT, PROBA][:n_outputs]
     if hasattr(model, "predict") and hasattr(model, "transform") and n_outputs == 2:
         return [PREDICT, TRANSFORM]  # KMeans-like clusterers
     if hasattr(model, "transform") and n_outputs == 1:
         return [TRANSFORM]
-    raise UnsupportedError(
+    raise unmapped_outputs(model, n_outputs)
+
+
+def unmapped_outputs(model: Any, n_outputs: int) -> UnsupportedError:
+    """Raised where a scikit-learn reference is needed (parity) for outputs no method maps to;
+    the conversion itself does not need one, so --no-validate skips it."""
+    return UnsupportedError(
         f"unframe can't check the outputs of {type(model).__name__} against scikit-learn "
         f"({n_outputs} ONNX outputs, no known method mapping)",
         "convert with validate=False (--no-validate)")
+
+
+def labels_as_column(model: Any) -> bool:
+    """skl2onnx writes an outlier detector's or a mixture's labels as [N, 1] (a classifier's as [N])."""
+    from sklearn.base import is_outlier_detector
+
+    return is_outlier_detector(model) or type(final_estimator(model)).__name__ in MIXTURES
 
 
 def call(model: Any, method: str, x: Any) -> np.ndarray:
@@ -70,8 +92,8 @@ def call(model: Any, method: str, x: Any) -> np.ndarray:
     out = np.asarray(out)
     if method == PREDICT and out.dtype == bool:
         out = out.astype(np.int64)  # skl2onnx encodes bool classes as int64 labels
-    if method == PREDICT and out.ndim == 1 and out.dtype.kind == "f":
-        out = out.reshape(-1, 1)  # skl2onnx regressors give [N, 1]
+    if method == PREDICT and out.ndim == 1 and (out.dtype.kind == "f" or labels_as_column(model)):
+        out = out.reshape(-1, 1)  # skl2onnx regressors, outlier detectors and mixtures give [N, 1]
     if method == DECISION and out.ndim == 1:
         out = out.reshape(-1, 1)
     return out
