@@ -68,7 +68,7 @@ def test_explain_plans_without_writing(mlp_path: Path, tmp_path: Path):
     assert res.exit_code == 0, res.output
     route = json.loads(res.stdout)
     assert route["opset_path"] == [13, 17]
-    assert [s["name"] for s in route["stages"]] == ["load", "opset", "parity", "backend"]
+    assert [s["name"] for s in route["stages"]] == ["load", "opset", "parity", "backend", "stamp", "write"]
     assert snapshot(tmp_path) == before
 
 

@@ -191,10 +191,17 @@ def test_wrong_output_suffix(mlp_path: Path, tmp_path: Path):
     assert "wrong suffix" in result.stderr
 
 
-def test_missing_output_argument(mlp_path: Path):
-    result = CliRunner().invoke(cli, ["convert", str(mlp_path)])
-    assert result.exit_code == 2
-    assert "no output path" in result.stderr
+def test_no_output_writes_beside_the_source_never_over_it(mlp_path: Path):
+    """Without -o the output goes beside the source with the target's suffix; an ONNX source's
+    name gains the opset so that it can never name the input."""
+    before = mlp_path.read_bytes()
+    result = CliRunner().invoke(cli, ["convert", str(mlp_path), "--opset", "17"])
+    assert result.exit_code == 0, result.output
+    out = mlp_path.with_name("mlp.opset17.onnx")
+    assert out.is_file() and mlp_path.read_bytes() == before
+    assert {o.domain: o.version for o in onnx.load(out).opset_import}[""] == 17
+    again = CliRunner().invoke(cli, ["convert", str(mlp_path), "--opset", "17"])
+    assert again.exit_code == 7 and "already exists" in again.stderr
 
 
 def test_wrong_framework_claim(mlp_path: Path, tmp_path: Path):

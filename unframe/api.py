@@ -1,17 +1,15 @@
-"""Orchestration: plan a route, run its stages, check each stage's numbers, write the artifact.
+"""The public calls: plan a route (``unframe.route``), run its stages (``unframe.pipeline``),
+return what they produced.
 
 Every stage is checked against the stage before it (``ParityReport``). By default a failed check
-raises ``ParityError`` and nothing is written. The output is placed by rename from a staging
-folder beside it, so an interrupted or failed run never leaves a partial file.
+raises ``ParityError`` and nothing is written. Outputs are placed by rename from a staging folder
+beside them, so an interrupted or failed run never leaves a partial file. Several targets share
+the load and export stages; one target failing leaves the others written.
 """
 
 from __future__ import annotations
 
-import datetime as _dt
-import json
 import os
-import shutil
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,33 +18,27 @@ from typing import Any
 import onnx_ir as ir
 
 from unframe import io
-from unframe.converters.base import (
-    Artifact,
-    Backend,
-    ConvertOptions,
-    ExportResult,
-    Frontend,
-    InputSpec,
-    RunnerUnavailable,
-    Target,
-)
-from unframe.errors import Blocker, InputError, ParityError, UnsupportedError, UsageError
-from unframe.route import Route, detect_frontend, dist_version, get_backend, is_reference, plan
-from unframe.validate.compare import ParityReport, StageParity, compare
+from unframe import pipeline as pl
+from unframe.converters.base import Artifact, ConvertOptions, InputSpec
+from unframe.errors import Blocker, InputError, UnframeError, UsageError
+from unframe.route import Branch, Request, Route, detect_frontend, is_reference, parse_targets, plan
+from unframe.validate.compare import ParityReport
 from unframe.validate.inputs import load_npz
-from unframe.validate.onnxruntime import onnx_runner
-from unframe.validate.runner import Runner, TensorSpec
+from unframe.validate.runner import TensorSpec
 
 
 @dataclass
 class ConversionResult:
+    """One target's product. ``model`` is the product itself (an ``onnx_ir.Model`` for ONNX, an
+    ``MLModel`` for CoreML, the engine's bytes for TensorRT); ``artifact`` adds its metadata."""
+
     artifact: Artifact
     path: Path | None
     report: ParityReport
     route: Route
-    export: ExportResult | None = None
-    opset_conversion: Any = None
-    provenance: dict[str, str] = field(default_factory=dict)
+    branch: Branch | None = None
+    flow: pl.Flow | None = None
+    provenance: dict[str, Any] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
     written: list[Path] = field(default_factory=list)
 
@@ -54,18 +46,102 @@ class ConversionResult:
     def model(self) -> Any:
         return self.artifact.model
 
+    @property
+    def target(self) -> str:
+        return self.branch.name if self.branch is not None else self.route.backend
+
+    @property
+    def export(self) -> Any:
+        return self.flow.export if self.flow is not None else None
+
+    @property
+    def opset_conversion(self) -> Any:
+        return self.flow.conversion if self.flow is not None else None
+
+    @property
+    def notes(self) -> list[str]:
+        return (self.flow.notes if self.flow is not None else []) + self.artifact.notes
+
+    def save(self, path: str | os.PathLike[str], *, force: bool = False) -> list[Path]:
+        """Write the product (with its sidecars) atomically; ``force`` replaces an existing one."""
+        if self.flow is None or self.branch is None or self.artifact.model is None:
+            raise UsageError("this result holds no artifact to save", "convert without explain=True")
+        dest = Path(path)
+        from unframe.route import check_suffix
+
+        check_suffix(dest, self.branch.backend)
+        io.check_output_path(dest, force=force, inputs=(self.flow.source,)
+                             if isinstance(self.flow.source, Path) else ())
+        self.written = pl.write_artifact(self.flow, self.branch.backend, dest, force=force)
+        self.path = dest
+        return self.written
+
     def to_dict(self) -> dict[str, Any]:
+        conversion = self.opset_conversion
         return {
+            "target": self.target,
             "path": str(self.path) if self.path else None,
             "written": [str(p) for p in self.written],
             "route": self.route.to_dict(),
             "parity": self.report.to_dict(),
             "exporter": self.export.tool if self.export else None,
-            "notes": (self.export.notes if self.export else []) + self.artifact.notes,
-            "opset_conversion": self.opset_conversion.to_dict() if hasattr(self.opset_conversion, "to_dict") else None,
+            "notes": self.notes,
+            "opset_conversion": conversion.to_dict() if hasattr(conversion, "to_dict") else None,
             "provenance": self.provenance,
             "timings": self.timings,
         }
+
+    def __str__(self) -> str:
+        lines = [f"{self.target}: " + (", ".join(str(p) for p in self.written) or "not written")]
+        lines += [f"  note: {n}" for n in self.notes]
+        lines += ["  " + line for line in str(self.report).splitlines()]
+        return "\n".join(lines)
+
+
+@dataclass
+class MultiResult:
+    """Several targets from one call: one ``ConversionResult`` per target that succeeded and the
+    error of each that failed. Truthy when every target succeeded."""
+
+    route: Route
+    results: dict[str, ConversionResult] = field(default_factory=dict)
+    errors: dict[str, UnframeError] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return not self.errors
+
+    def __getitem__(self, target: str) -> ConversionResult:
+        return self.results[target]
+
+    @property
+    def written(self) -> list[Path]:
+        return [p for r in self.results.values() for p in r.written]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ok": not self.errors, "route": self.route.to_dict(),
+                "targets": {k: r.to_dict() for k, r in self.results.items()},
+                "errors": {k: e.to_dict() for k, e in self.errors.items()}, "timings": self.timings}
+
+    def __str__(self) -> str:
+        parts = [str(r) for r in self.results.values()]
+        parts += [f"{name}: FAILED: {err}" for name, err in self.errors.items()]
+        return "\n".join(parts)
+
+
+class PartialFailure(UnframeError):
+    """Some targets of a multi-target call failed; the others were written. Carries the
+    ``MultiResult``; the exit code is the first failed target's."""
+
+    def __init__(self, result: MultiResult) -> None:
+        name, first = next(iter(result.errors.items()))
+        done = ", ".join(result.results) or "none"
+        super().__init__(f"{len(result.errors)} of {len(result.route.branches)} targets failed; "
+                         f"{name}: {first.message}", first.hint + (f"; written: {done}" if done else ""))
+        self.exit_code = first.exit_code
+        self.kind = first.kind
+        self.result = result
+        self.blockers = getattr(first, "blockers", [])
 
 
 @dataclass
@@ -73,101 +149,171 @@ class CheckResult:
     route: Route
     blockers: list[Blocker]
     notes: list[str] = field(default_factory=list)  # e.g. where a live parser disagrees
+    target: str = ""
 
     def __bool__(self) -> bool:
         return not self.blockers
 
     def to_dict(self) -> dict[str, Any]:
-        return {"ok": not self.blockers, "route": self.route.to_dict(),
+        return {"ok": not self.blockers, "target": self.target, "route": self.route.to_dict(),
                 "blockers": [b.to_dict() for b in self.blockers], "notes": self.notes}
 
 
+@dataclass
+class MultiCheck:
+    route: Route
+    results: dict[str, CheckResult] = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return all(self.results.values())
+
+    @property
+    def blockers(self) -> list[Blocker]:
+        return [b for r in self.results.values() for b in r.blockers]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ok": bool(self), "targets": {k: r.to_dict() for k, r in self.results.items()}}
+
+
 # -------------------------------------------------------------------------- public API -------
-def convert(source: Any, *, from_: str | None = None, to: str = "onnx", output: str | os.PathLike[str] | None = None,
-            opset: int | None = None, sample_inputs: Any = None, inputs: Any = None,
-            target: Any = None, validate: bool = True, atol: Any = None, rtol: Any = None,
-            trust: bool = False, force: bool = False, static: bool = False,
-            dynamic: list[tuple[str, int, str | None]] | None = None, explain: bool = False,
-            ml_opset: int | None = None, **options: Any) -> ConversionResult:
-    """Convert ``source`` (a file path or a framework object) to ``to`` ("onnx", "coreml",
-    "tensorrt"). See README for every option; stage-specific ones (``exporter``, ``signature``,
-    ``precision``, ``shapes``...) are passed as keyword arguments. ``ml_opset`` moves the
-    ``ai.onnx.ml`` domain too (by default it stays at the source's version)."""
-    timings: dict[str, float] = {}
-    t0 = time.perf_counter()
+def convert(source: Any, *, from_: str | None = None, to: str | list[str] = "onnx",
+            output: str | os.PathLike[str] | None = None, opset: int | None = None,
+            sample_inputs: Any = None, inputs: Any = None, target: Any = None, validate: bool = True,
+            atol: Any = None, rtol: Any = None, trust: bool = False, force: bool = False,
+            static: bool = False, dynamic: list[tuple[str, int, str | None]] | None = None,
+            explain: bool = False, ml_opset: int | None = None, observer: pl.Observer | None = None,
+            **options: Any) -> Any:
+    """Convert ``source`` (a file path or a framework object) to ``to``: "onnx", "coreml",
+    "tensorrt", a comma list or list of them, or "all" (every backend usable here).
+
+    One target returns a ``ConversionResult`` and raises on failure. Several return a
+    ``MultiResult``; if any fails, ``PartialFailure`` is raised after the others were written
+    (it carries the ``MultiResult``). Without ``output``, a file source is written beside itself
+    with each target's suffix; an object source is kept in memory (``result.save(path)``).
+    Stage options (``exporter``, ``signature``, ``precision``, ``shapes``...) are keyword
+    arguments; one no stage of the route reads is a ``UsageError``."""
+    settings = pl.Settings(validate=validate, trust=trust, force=force, atol=atol, rtol=rtol,
+                           spec=InputSpec(tensors=_parse_inputs(inputs), samples=_samples(sample_inputs),
+                                          static=static, dynamic=list(dynamic or [])),
+                           options=dict(options))
+    targets = parse_targets(to)
     src = _as_source(source)
-    be = get_backend(to)
-    fe = detect_frontend(src, from_)
-    out_path = Path(output) if output is not None else None
-    if out_path is not None:
-        _check_suffix(out_path, be)
-        io.check_output_path(out_path, force=force, inputs=(src,) if isinstance(src, Path) else ())
-    tgt = _make_target(be, opset, target, options, static)
-    fe.ensure_available()
-    be.ensure_available()
-    route = plan(fe, be, source=src, opset=opset, source_opset=_peek_opset(src, fe), validate=validate)
+    request = Request(src, targets, from_, Path(output) if output is not None else None, opset,
+                      ml_opset, target, settings, write=True)
+    route = plan(request)
+    multi = _is_multi(to, route)
     if explain:
-        return ConversionResult(Artifact(kind=be.name), None, ParityReport(), route, timings=timings)
-    opts = ConvertOptions(trust=trust, opset=route.target_opset, options=dict(options),
-                          validate=validate)
-    spec = InputSpec(tensors=_parse_inputs(inputs), samples=_samples(sample_inputs), static=static,
-                     dynamic=list(dynamic or []))
-    report = ParityReport()
-
-    native = fe.load(src, opts)
-    timings["load"] = _lap(t0)
-    export, ref_runner = _export(fe, native, spec, opts, report, validate, atol, rtol)
-    timings["export"] = _lap(t0) - timings["load"]
-    model = export.model
-    conversion, onnx_ref = _convert_opset(model, route, export, ref_runner, report, validate, atol, rtol,
-                                          ml_opset)
-    timings["opset"] = _lap(t0) - timings["load"] - timings["export"]
-    if export.feeds:
-        tgt.options.setdefault("sample_shapes", {k: tuple(v.shape) for k, v in export.feeds[0].items()})
-    blockers = be.check(model, tgt)
-    if blockers:
-        raise UnsupportedError(f"the {be.name} backend can't take this model: {len(blockers)} blocker(s)",
-                               "see the list; `unframe check` shows them without converting",
-                               blockers=blockers)
-    result = _backend_stage(be, tgt, model, export, onnx_ref, report, validate, atol, rtol, out_path,
-                            force, route, src, fe, native, conversion)
-    result.timings = {**timings, "total": _lap(t0)}
-    return result
+        return _planned(route, multi)
+    _check_before_work(route, request)
+    return run(route, request, observer or pl.Observer(), multi)
 
 
-def check(source: Any, *, from_: str | None = None, to: str = "onnx", opset: int | None = None,
+def run(route: Route, request: Request, observer: pl.Observer, multi: bool) -> Any:
+    """Run a planned route: the prefix once, then each target's branch on its own fork."""
+    t0 = time.perf_counter()
+    flow = pl.Flow(request.settings, request.source, route.load.frontend)
+    pl.run_stages(route.prefix, flow, observer)
+    outcome = MultiResult(route)
+    last = len(route.branches) - 1
+    for i, branch in enumerate(route.branches):
+        fork = flow.fork(clone=i < last)
+        try:
+            pl.run_stages(branch.stages, fork, observer)
+            outcome.results[branch.name] = _result(route, branch, fork)
+        except UnframeError as exc:
+            fork.cleanup()
+            if not multi:
+                raise
+            outcome.errors[branch.name] = exc
+        except BaseException:
+            fork.cleanup()
+            raise
+    outcome.timings = {**flow.timings, "total": time.perf_counter() - t0}
+    if not multi:
+        result = outcome.results[route.branches[0].name]
+        result.timings["total"] = outcome.timings["total"]
+        return result
+    if outcome.errors:
+        raise PartialFailure(outcome)
+    return outcome
+
+
+def _result(route: Route, branch: Branch, flow: pl.Flow) -> ConversionResult:
+    artifact = flow.artifact
+    if not flow.written and artifact is not None and artifact.path is not None:
+        flow.keep_workdir = True  # no output asked: the caller gets the artifact from there
+    flow.cleanup()
+    prov = {k: v for k, v in artifact.metadata.items() if isinstance(v, str)} if artifact else {}
+    if artifact is not None and isinstance(artifact.metadata.get("provenance"), dict):
+        prov = dict(artifact.metadata["provenance"])
+    return ConversionResult(artifact, branch.output if flow.written else None, flow.report, route,
+                            branch, flow, prov, dict(flow.timings), list(flow.written))
+
+
+def _planned(route: Route, multi: bool) -> Any:
+    if multi:
+        return MultiResult(route)
+    return ConversionResult(Artifact(kind=route.branches[0].name), None, ParityReport(), route,
+                            route.branches[0])
+
+
+def _check_before_work(route: Route, request: Request) -> None:
+    """Refuse an output that exists, overwrites the input or lies in no folder, and a missing
+    extra, before anything is loaded."""
+    route.load.frontend.ensure_available()
+    protect = (request.source,) if isinstance(request.source, Path) else ()
+    multi_dir = request.output if len(route.branches) > 1 else None
+    if multi_dir is not None and not multi_dir.exists():
+        if not multi_dir.parent.is_dir():
+            raise UsageError(f"output folder {multi_dir.parent} does not exist", "create it first")
+        multi_dir.mkdir()
+    for branch in route.branches:
+        branch.backend.ensure_available()
+        if branch.output is not None:
+            io.check_output_path(branch.output, force=request.settings.force, inputs=protect)
+
+
+def check(source: Any, *, from_: str | None = None, to: str | list[str] = "onnx", opset: int | None = None,
           target: Any = None, trust: bool = False, sample_inputs: Any = None, inputs: Any = None,
-          static: bool = False, **options: Any) -> CheckResult:
-    """Pre-flight: every reason the target can't take the model, at once, without writing."""
-    src = _as_source(source)
-    be = get_backend(to)
-    fe = detect_frontend(src, from_)
-    tgt = _make_target(be, opset, target, options, static)
+          static: bool = False, **options: Any) -> Any:
+    """Pre-flight: every reason each target can't take the model, at once, without writing.
+    One target returns a ``CheckResult``; several (or "all") a ``MultiCheck``."""
+    settings = pl.Settings(validate=False, trust=trust, options=dict(options),
+                           spec=InputSpec(tensors=_parse_inputs(inputs), samples=_samples(sample_inputs),
+                                          static=static))
+    targets = parse_targets(to)
+    request = Request(_as_source(source), targets, from_, None, opset, None, target, settings, write=False)
+    route = plan(request)
+    fe = route.load.frontend
     fe.ensure_available()
-    route = plan(fe, be, source=src, opset=opset, source_opset=_peek_opset(src, fe), validate=False)
-    opts = ConvertOptions(trust=trust, opset=route.target_opset, options=dict(options))
-    native = fe.load(src, opts)
-    spec = InputSpec(tensors=_parse_inputs(inputs), samples=_samples(sample_inputs), static=static)
-    model = fe.to_onnx(native, spec, opts).model if fe.name != "onnx" else native
-    blockers: list[Blocker] = []
-    if route.target_opset and _opset(model) != route.target_opset:
+    flow = pl.Flow(settings, request.source, fe)
+    pl.run_stages(route.prefix, flow, pl.Observer())
+    out = MultiCheck(route)
+    for branch in route.branches:
+        out.results[branch.name] = _check_branch(route, branch, flow)
+    return out if _is_multi(to, route) else out.results[route.branches[0].name]
+
+
+def _check_branch(route: Route, branch: Branch, flow: pl.Flow) -> CheckResult:
+    model = flow.model
+    if branch.opset and _main_opset(model) != branch.opset:
         from unframe import version_converter
 
-        blockers = version_converter.preflight(model, route.target_opset)
-        if not blockers:
-            model = _copy(model)
-            version_converter.convert_opset(model, route.target_opset)
-    notes: list[str] = []
-    if not blockers:
-        blockers, notes = be.check_with_notes(model, tgt)
-    return CheckResult(route, blockers, notes)
+        blockers = version_converter.preflight(model, branch.opset)
+        if blockers:
+            return CheckResult(route, blockers, target=branch.name)
+        model = model.clone()
+        version_converter.convert_opset(model, branch.opset)
+    blockers, notes = branch.backend.check_with_notes(model, branch.target)
+    return CheckResult(route, blockers, notes, branch.name)
 
 
 def convert_opset(model: Any, opset: int, *, output: str | os.PathLike[str] | None = None,
                   validate: bool = True, force: bool = False, sample_inputs: Any = None,
                   atol: Any = None, rtol: Any = None, ml_opset: int | None = None) -> ConversionResult:
     """Move an ONNX model (path, ModelProto or onnx_ir.Model) to another opset, checked with
-    onnxruntime against the original. ``ml_opset`` moves the ``ai.onnx.ml`` domain too."""
+    onnxruntime against the original. ``ml_opset`` moves the ``ai.onnx.ml`` domain too. With
+    ``validate=False`` no parity inputs are drawn (models with sequence inputs convert)."""
     return convert(model, from_="onnx", to="onnx", opset=opset, output=output, validate=validate,
                    force=force, sample_inputs=sample_inputs, atol=atol, rtol=rtol, ml_opset=ml_opset)
 
@@ -194,184 +340,22 @@ def save(model: Any, path: str | os.PathLike[str], *, force: bool = False,
     return io.save_model(model, path, force=force, external_data=external_data)
 
 
-# ---------------------------------------------------------------------------- stages ---------
-def _export(fe: Frontend, native: Any, spec: InputSpec, opts: ConvertOptions, report: ParityReport,
-            validate: bool, atol: Any, rtol: Any) -> tuple[ExportResult, Runner | None]:
-    export = fe.to_onnx(native, spec, opts)
-    if not validate:
-        return export, None
-    if not export.feeds:
-        from unframe.validate.inputs import generate_feeds
-
-        export.feeds = generate_feeds(export.model)
-    ort = onnx_runner(export.model)
-    if fe.name != "onnx":
-        ref = fe.runner(native, export)
-        stage = compare(ref, ort, export.feeds, atol, rtol, stage="export",
-                        exact=export.exact_outputs, defaults=export.tolerances)
-        _record(report, stage)
-    return export, ort
-
-
-def _convert_opset(model: ir.Model, route: Route, export: ExportResult, before: Runner | None,
-                   report: ParityReport, validate: bool, atol: Any, rtol: Any,
-                   ml_opset: int | None = None) -> tuple[Any, Runner | None]:
-    target = route.target_opset or _opset(model)
-    ml_now = model.opset_imports.get("ai.onnx.ml")
-    move_ml = ml_opset is not None and ml_now is not None and ml_now != ml_opset
-    if not target or (_opset(model) == target and not move_ml):
-        return None, before
-    from unframe import version_converter
-
-    # raises with every blocker
-    conversion = version_converter.convert_opset(model, target, ml_target=ml_opset if move_ml else None)
-    if not validate:
-        return conversion, None
-    after = onnx_runner(model)
-    stage = compare(before, after, export.feeds, atol, rtol, stage="opset",
-                    exact=export.exact_outputs, defaults=export.tolerances)
-    _record(report, stage)
-    return conversion, after
-
-
-def _backend_stage(be: Backend, tgt: Target, model: ir.Model, export: ExportResult, onnx_ref: Runner | None,
-                   report: ParityReport, validate: bool, atol: Any, rtol: Any, out_path: Path | None,
-                   force: bool, route: Route, src: Any, fe: Frontend, native: Any,
-                   conversion: Any) -> ConversionResult:
-    parent = (out_path.parent if out_path is not None and str(out_path.parent) else Path("."))
-    workdir = Path(tempfile.mkdtemp(prefix=".unframe-tmp-", dir=parent if out_path is not None else None))
-    keep_workdir = False
-    try:
-        artifact = be.convert(model, tgt, workdir)
-        if validate and be.name != "onnx":
-            _record(report, _artifact_parity(be, tgt, artifact, export, onnx_ref, atol, rtol))
-        prov = provenance(src, fe, be, route, export, conversion, report, native)
-        be.stamp(artifact, prov)
-        result = ConversionResult(artifact, out_path, report, route, export, conversion, prov)
-        if out_path is not None:
-            stage_dir = workdir / ".final"
-            stage_dir.mkdir()
-            written = be.write(artifact, stage_dir / out_path.name)
-            result.written = io.place([stage_dir / p.name for p in written], parent, force=force,
-                                      protect=(src,) if isinstance(src, Path) else ())
-            artifact.path = out_path
-        elif artifact.path is not None:
-            keep_workdir = True  # the caller gets the artifact from here (no output asked)
-        return result
-    finally:
-        if not keep_workdir:
-            shutil.rmtree(workdir, ignore_errors=True)
-
-
-def _artifact_parity(be: Backend, tgt: Target, artifact: Artifact, export: ExportResult,
-                     onnx_ref: Runner | None, atol: Any, rtol: Any) -> StageParity:
-    ref = onnx_ref if onnx_ref is not None else onnx_runner(export.model)
-    try:
-        runner = be.runner(artifact, tgt)
-    except RunnerUnavailable as why:
-        return StageParity.skipped("backend", ref.name, be.name, str(why))
-    return compare(ref, runner, export.feeds, atol, rtol, stage="backend", exact=export.exact_outputs,
-                   default_fn=lambda dt: be.tolerance(dt, tgt))
-
-
-def _record(report: ParityReport, stage: StageParity) -> None:
-    report.add(stage)
-    if not stage:
-        raise ParityError(f"parity failed at the {stage.stage} stage ({stage.reference} vs "
-                          f"{stage.candidate}): {stage.reason}",
-                          "nothing was written; loosen --atol/--rtol only if the difference is "
-                          "expected, or report the model", report=report)
-
-
-# ------------------------------------------------------------------------ provenance ---------
-def provenance(src: Any, fe: Frontend, be: Backend, route: Route, export: ExportResult | None,
-               conversion: Any, report: ParityReport, native: Any) -> dict[str, str]:
-    tools = {"unframe": dist_version("unframe"), "onnx": dist_version("onnx"),
-             "onnx-ir": dist_version("onnx-ir"), "onnxruntime": dist_version("onnxruntime")}
-    tools.update(fe.versions())
-    tools.update(be.versions())
-    if export is not None:
-        tools.update(export.tool_versions)
-    if isinstance(src, Path):
-        source, digest = str(src), io.sha256_of(src)
-    else:
-        source, digest = f"python object: {fe.describe(native)}", ""
-    opset_path = (conversion.path if conversion is not None and hasattr(conversion, "path")
-                  else [str(o) for o in route.opset_path])
-    return {
-        "version": dist_version("unframe"),
-        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "source": source,
-        "source_sha256": digest,
-        "route": json.dumps(route.names()),
-        "exporter": export.tool if export else "",
-        "export_route": export.route if export else "",
-        "notes": json.dumps(export.notes if export else []),
-        "tools": json.dumps(tools, sort_keys=True),
-        "opset_path": json.dumps(opset_path),
-        "parity": json.dumps(_parity_summary(report)),
-    }
-
-
-def _parity_summary(report: ParityReport) -> dict[str, Any]:
-    return {"passed": bool(report), "stages": [
-        {"stage": s.stage, "status": s.status, "reference": s.reference, "candidate": s.candidate,
-         "max_abs": s.max_abs, "max_rel": s.max_rel, "cases": s.cases, "reason": s.reason}
-        for s in report.stages]}
-
-
 # ------------------------------------------------------------------------------ helpers ------
+def _is_multi(to: Any, route: Route) -> bool:
+    """A comma list, a list or "all" gets the multi-target result, even if it names one target."""
+    return len(route.branches) > 1 or not isinstance(to, str) or "," in to or to.strip().lower() == "all"
+
+
+def _main_opset(model: ir.Model) -> int | None:
+    from unframe.opset import main_opset
+
+    return main_opset(model)
+
+
 def _as_source(source: Any) -> Any:
     if isinstance(source, (str, os.PathLike)) and not is_reference(source):
         return Path(source)
     return source
-
-
-def _check_suffix(path: Path, be: Backend) -> None:
-    if be.suffixes and path.suffix.lower() not in be.suffixes:
-        raise UsageError(f"output {path.name} has the wrong suffix for {be.name}",
-                         f"use one of: {', '.join(be.suffixes)}")
-
-
-def _make_target(be: Backend, opset: int | None, target: Any, options: dict[str, Any],
-                 static: bool) -> Target:
-    if isinstance(target, Target):
-        tgt = Target(be.name, opset, {**target.options})
-    elif isinstance(target, dict):
-        tgt = Target(be.name, opset, dict(target))
-    elif isinstance(target, str):
-        tgt = Target(be.name, opset, {"target": target})
-    elif target is None:
-        tgt = Target(be.name, opset, {})
-    else:
-        raise UsageError(f"target must be a string, dict or Target, not {type(target).__name__}")
-    for k, v in options.items():
-        tgt.options.setdefault(k, v)
-    tgt.options.setdefault("static", static)
-    return tgt
-
-
-def _peek_opset(src: Any, fe: Frontend) -> int | None:
-    if fe.name != "onnx":
-        return None
-    if isinstance(src, Path):
-        proto = io.load_proto(src)
-        return next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), None)
-    if isinstance(src, ir.Model):
-        return _opset(src)
-    import onnx
-
-    if isinstance(src, onnx.ModelProto):
-        return next((o.version for o in src.opset_import if o.domain in ("", "ai.onnx")), None)
-    return None
-
-
-def _opset(model: ir.Model) -> int | None:
-    return model.opset_imports.get("", model.opset_imports.get("ai.onnx"))
-
-
-def _copy(model: ir.Model) -> ir.Model:
-    return ir.serde.deserialize_model(ir.to_proto(model))
 
 
 def _samples(sample_inputs: Any) -> Any:
@@ -407,7 +391,3 @@ def _parse_inputs(inputs: Any) -> list[TensorSpec] | None:
             shape.append(int(d) if d.isdigit() else (None if d in ("?", "-1", "") else d))
         specs.append(TensorSpec(parts[0], tuple(shape), parts[2] if len(parts) == 3 else "float32"))
     return specs
-
-
-def _lap(t0: float) -> float:
-    return time.perf_counter() - t0

@@ -1,17 +1,21 @@
-"""Route planning: which frontend, exporter, opset path and backend a conversion takes.
+"""Route planning: which frontend, exporter, opset path and backends a conversion takes.
 
-``plan()`` needs no framework import and reads no weights, so ``--explain`` is instant and can
-run before anything is converted.
+``plan(request)`` returns a ``Route`` made of the stage objects of ``unframe.pipeline``: a
+prefix every target shares (load, export and its parity check) and one branch per target
+(opset, backend, their parity checks, provenance, write). It needs no framework import and
+reads no weights, so ``--explain`` is instant; ``unframe.api`` runs exactly what it returns.
 """
 
 from __future__ import annotations
 
+import difflib
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from unframe.converters.base import Backend, Frontend
+from unframe import pipeline as pl
+from unframe.converters.base import Backend, Frontend, Target
 from unframe.converters.registry import BACKENDS, FRONTENDS
 from unframe.distributions import dist_version as _installed
 from unframe.errors import InputError, UsageError
@@ -21,47 +25,6 @@ ALIASES = {
     "scikit-learn": "sklearn", "skl": "sklearn", "mlpackage": "coreml", "mlmodel": "coreml",
     "trt": "tensorrt", "tensorrt_rtx": "tensorrt", "engine": "tensorrt",
 }
-
-
-@dataclass
-class Stage:
-    name: str  # load | export | opset | backend | parity
-    tool: str
-    detail: str = ""
-    versions: dict[str, str] = field(default_factory=dict)
-
-
-@dataclass
-class Route:
-    frontend: str
-    backend: str
-    source_opset: int | None  # None: decided by the exporter
-    export_opset: int | None
-    target_opset: int | None
-    stages: list[Stage] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def opset_path(self) -> list[int]:
-        path = [o for o in (self.source_opset or self.export_opset, self.target_opset) if o]
-        return [p for i, p in enumerate(path) if i == 0 or p != path[i - 1]]
-
-    def names(self) -> list[str]:
-        return [f"{s.name}: {s.tool}" for s in self.stages]
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["opset_path"] = self.opset_path
-        return d
-
-    def describe(self) -> str:
-        lines = [f"route {self.frontend} -> {self.backend}"]
-        for i, s in enumerate(self.stages, 1):
-            ver = ", ".join(f"{k} {v}" for k, v in s.versions.items())
-            lines.append(f"  {i}. {s.name:<8} {s.tool}" + (f" [{ver}]" if ver else "")
-                         + (f" - {s.detail}" if s.detail else ""))
-        lines += [f"  note: {n}" for n in self.notes]
-        return "\n".join(lines)
 
 
 def canonical_name(name: str) -> str:
@@ -94,6 +57,8 @@ def is_reference(source: Any) -> bool:
 
 def detect_frontend(source: Any, from_: str | None) -> Frontend:
     """The frontend for a path or object, from ``from_`` or by looking at it (no imports)."""
+    if isinstance(source, Path):
+        _probe(source)
     if isinstance(source, Path) and source.is_file():
         from unframe.converters.backends.tensorrt.sidecar import reject_engine_input
 
@@ -126,6 +91,17 @@ def detect_frontend(source: Any, from_: str | None) -> Frontend:
                      "comes from", "pass from_=... (torch, tf, sklearn, onnx)")
 
 
+def _probe(path: Path) -> None:
+    """A path the system can't even look at (a name too long, no permission) is unreadable input."""
+    try:
+        path.stat()
+    except FileNotFoundError:
+        return  # said below, with the frontends' view of it
+    except OSError as exc:
+        raise InputError(f"{path}: can't be read ({exc.strerror or type(exc).__name__})",
+                         "check the path") from None
+
+
 def _check_claim(path: Path, fe: Frontend) -> None:
     """--from names one framework but the file is clearly another's: say so."""
     if not path.exists() or fe.accepts_path(path):
@@ -136,46 +112,300 @@ def _check_claim(path: Path, fe: Frontend) -> None:
                              f"drop --from or pass --from {other.name}")
 
 
+
+
 def dist_version(name: str) -> str:
     """A distribution's version for reports; 'not installed' when absent."""
     return _installed(name) or "not installed"
 
 
-def plan(fe: Frontend, be: Backend, *, source: Any, opset: int | None, source_opset: int | None,
-         validate: bool = True) -> Route:
-    """The stages a conversion will take."""
-    if be.canonical_opset is not None:
-        target_opset = be.canonical_opset
-        if opset is not None and opset != be.canonical_opset:
-            raise UsageError(f"--opset {opset} applies to ONNX output; the {be.name} backend works "
-                             f"at opset {be.canonical_opset}", "drop --opset")
-    else:
-        target_opset = opset
-    is_onnx = fe.name == "onnx"
-    export_opset = None if is_onnx else (fe.closest_opset(target_opset) if target_opset else fe.default_opset())
-    route = Route(frontend=fe.name, backend=be.name, source_opset=source_opset if is_onnx else None,
-                  export_opset=export_opset, target_opset=target_opset)
-    unframe_v = {"unframe": dist_version("unframe")}
-    what = str(source) if isinstance(source, (str, Path)) else type(source).__name__
-    route.stages.append(Stage("load", f"{fe.name} frontend", what, fe.versions() if not is_onnx else
-                              {"onnx": dist_version("onnx"), "onnx-ir": dist_version("onnx-ir")}))
-    if not is_onnx:
-        route.stages.append(Stage("export", f"{fe.name} exporter", f"to ONNX opset {export_opset}",
-                                  fe.versions()))
+# ----------------------------------------------------------------------------- the request --
+@dataclass
+class Request:
+    """Everything a conversion call asked for, checked once by ``plan``."""
+
+    source: Any
+    targets: list[str]
+    from_: str | None = None
+    output: Path | None = None
+    opset: int | None = None
+    ml_opset: int | None = None
+    target: Any = None  # a backend's target: "iOS17", a dict of options, or a Target
+    settings: pl.Settings = field(default_factory=pl.Settings)
+    write: bool = True  # False: plan the stages only up to the backend's check (unframe check)
+
+
+def parse_targets(to: str | list[str] | tuple[str, ...]) -> list[str]:
+    """``"onnx,coreml"``, a list, or ``"all"`` (every backend usable here) as backend names;
+    an unknown name is a usage error listing the valid ones."""
+    names = [t for t in (to.split(",") if isinstance(to, str) else list(to)) if str(t).strip()]
+    if not names:
+        raise UsageError("no target given", f"use --to with one or more of: {_backend_list()}")
+    out: list[str] = []
+    for raw in names:
+        name = canonical_name(str(raw))
+        if name == "all":
+            chosen = [n for n, be in BACKENDS.items() if be.available()]
+        elif name in BACKENDS:
+            chosen = [name]
+        else:
+            raise UsageError(f"unknown target {str(raw).strip()!r}", f"choose from: {_backend_list()}, all")
+        out.extend(n for n in chosen if n not in out)
+    return out
+
+
+def _backend_list() -> str:
+    return ", ".join(map(str, BACKENDS.keys()))
+
+
+# ----------------------------------------------------------------------------- the route ----
+@dataclass
+class Branch:
+    """One target's part of a route."""
+
+    backend: Backend
+    target: Target
+    opset: int | None  # the ONNX opset handed to the backend (None: whatever the graph has)
+    output: Path | None
+    stages: list[pl.Stage] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return self.backend.name
+
+
+@dataclass
+class Route:
+    frontend: str
+    source_opset: int | None  # ONNX input: the file's opset; None: decided by the exporter
+    export_opset: int | None
+    prefix: list[pl.Stage] = field(default_factory=list)
+    branches: list[Branch] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def load(self) -> pl.LoadStage:
+        return next(s for s in self.prefix if isinstance(s, pl.LoadStage))
+
+    # the single-target view (most calls have one target)
+    @property
+    def backend(self) -> str:
+        return ",".join(b.name for b in self.branches)
+
+    @property
+    def target_opset(self) -> int | None:
+        return self.branches[0].opset if len(self.branches) == 1 else None
+
+    @property
+    def stages(self) -> list[pl.Stage]:
+        return self.prefix + [s for b in self.branches for s in b.stages]
+
+    def branch_stages(self, branch: Branch) -> list[pl.Stage]:
+        return self.prefix + branch.stages
+
+    def opset_path_of(self, branch: Branch) -> list[int]:
+        path = [o for o in (self.source_opset or self.export_opset, branch.opset) if o]
+        return [p for i, p in enumerate(path) if i == 0 or p != path[i - 1]]
+
+    @property
+    def opset_path(self) -> list[int]:
+        return self.opset_path_of(self.branches[0]) if self.branches else []
+
+    def names(self, branch: Branch | None = None) -> list[str]:
+        stages = self.branch_stages(branch) if branch is not None else self.stages
+        return [s.label for s in stages]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"frontend": self.frontend, "backend": self.backend,
+                "targets": [b.name for b in self.branches], "source_opset": self.source_opset,
+                "export_opset": self.export_opset, "target_opset": self.target_opset,
+                "opset_path": self.opset_path,
+                "stages": [s.to_dict() for s in self.stages],
+                "branches": {b.name: {"opset": b.opset, "opset_path": self.opset_path_of(b),
+                                      "output": str(b.output) if b.output else None,
+                                      "stages": [s.to_dict() for s in b.stages]}
+                             for b in self.branches},
+                "notes": self.notes}
+
+    def describe(self) -> str:
+        lines = [f"route {self.frontend} -> {', '.join(b.name for b in self.branches)}"]
+        n = 0
+        for s in self.prefix:
+            n += 1
+            lines.append(f"  {n}. {s.describe()}")
+        single = len(self.branches) == 1
+        for b in self.branches:
+            if not single:
+                lines.append(f"  {b.name}" + (f" (opset {b.opset})" if b.opset else "") + ":")
+            m = n
+            for s in b.stages:
+                m += 1
+                lines.append(("  " if single else "    ") + f"{m}. {s.describe()}")
+        lines += [f"  note: {note}" for note in self.notes]
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.describe()
+
+
+# ----------------------------------------------------------------------------- planning -----
+GENERIC_OPTIONS = ("sample_shapes",)
+
+
+def plan(request: Request) -> Route:
+    """The stages a conversion (or a check) will run, for every target of the request."""
+    src = request.source
+    fe = detect_frontend(src, request.from_)
+    backends = [get_backend(t) for t in request.targets]
+    check_options(request.settings.options, fe, backends)
+    single = len(backends) == 1
+    if request.opset is not None and not any(be.name == "onnx" for be in backends):
+        for be in backends:
+            be.check_opset_request(request.opset)
+    targets = [_target(be, request) for be in backends]
+    opsets = [be.pick_opset(t, request.opset) for be, t in zip(backends, targets, strict=True)]
+    source_opset = peek_opset(src) if not fe.exports else None
+    known = [o for o in opsets if o]
+    export_opset = None
+    if fe.exports:
+        export_opset = fe.closest_opset(max(known)) if known else fe.default_opset()
+    route = Route(fe.name, source_opset, export_opset)
+    validate = request.settings.validate
+    route.prefix.append(pl.LoadStage(fe, src))
+    if fe.exports:
+        export = pl.ExportStage(fe, export_opset)
+        route.prefix.append(export)
         if validate:
-            route.stages.append(Stage("parity", f"{fe.name} vs onnxruntime", "exported graph vs source",
-                                      {"onnxruntime": dist_version("onnxruntime")}))
-    start = source_opset if is_onnx else export_opset
-    if target_opset and start != target_opset:
-        detail = f"opset {start or '?'} -> {target_opset}" + ("" if is_onnx else " (if the exporter "
-                                                               "can't produce it directly)")
-        route.stages.append(Stage("opset", "unframe version converter", detail, unframe_v))
-        if validate:
-            route.stages.append(Stage("parity", "onnxruntime vs onnxruntime", "converted vs original",
-                                      {"onnxruntime": dist_version("onnxruntime")}))
-    route.stages.append(Stage("backend", f"{be.name} backend", f"write {', '.join(be.suffixes)}",
-                              be.versions()))
-    if validate and be.name != "onnx":
-        route.stages.append(Stage("parity", f"onnxruntime vs {be.name} runner", "artifact vs ONNX",
-                                  be.versions()))
+            route.prefix.append(pl.ParityStage(export, f"{fe.name}", "onnxruntime",
+                                               "exported graph vs source"))
+    outputs = resolve_outputs(request, backends, fe)
+    for be, tgt, opset, out in zip(backends, targets, opsets, outputs, strict=True):
+        branch = Branch(be, tgt, opset, out)
+        branch.stages = _branch_stages(route, branch, request, fe)
+        route.branches.append(branch)
+    if not single and request.opset is not None:
+        route.notes.append(f"--opset {request.opset} applies to the onnx target; the others take "
+                           "their own opset")
     return route
+
+
+def _branch_stages(route: Route, branch: Branch, request: Request, fe: Frontend) -> list[pl.Stage]:
+    be, validate = branch.backend, request.settings.validate
+    stages: list[pl.Stage] = []
+    start = route.source_opset if not fe.exports else route.export_opset
+    ml = request.ml_opset
+    if branch.opset and (fe.exports or start != branch.opset or ml is not None):
+        opset = pl.OpsetStage(start, branch.opset, ml, exporting=fe.exports)
+        stages.append(opset)
+        if validate:
+            stages.append(pl.ParityStage(opset, "onnxruntime", "onnxruntime", "converted vs original"))
+    elif ml is not None and not branch.opset:
+        opset = pl.OpsetStage(start, start or 0, ml)
+        stages.append(opset)
+        if validate:
+            stages.append(pl.ParityStage(opset, "onnxruntime", "onnxruntime", "converted vs original"))
+    if not request.write:
+        return stages
+    backend = pl.BackendStage(be, branch.target, branch.output)
+    stages.append(backend)
+    if validate and not be.artifact_is_graph:
+        stages.append(pl.ParityStage(backend, "onnxruntime", f"{be.name} runner", "artifact vs ONNX"))
+    stamp = pl.StampStage(be)
+    stages.append(stamp)
+    if branch.output is not None:
+        stages.append(pl.WriteStage(be, branch.output))
+    stamp.route_names = [s.label for s in route.prefix + stages]
+    return stages
+
+
+def _target(be: Backend, request: Request) -> Target:
+    target = request.target
+    if isinstance(target, Target):
+        tgt = Target(be.name, request.opset, dict(target.options))
+    elif isinstance(target, dict):
+        tgt = Target(be.name, request.opset, dict(target))
+    elif isinstance(target, str):
+        tgt = Target(be.name, request.opset, {"target": target})
+    elif target is None:
+        tgt = Target(be.name, request.opset, {})
+    else:
+        raise UsageError(f"target must be a string, dict or Target, not {type(target).__name__}")
+    for k, v in request.settings.options.items():
+        if k in be.option_names:
+            tgt.options.setdefault(k, v)
+    tgt.options.setdefault("static", request.settings.spec.static)
+    return tgt
+
+
+def check_options(options: dict[str, Any], fe: Frontend, backends: list[Backend]) -> None:
+    """An option no stage of the route reads is a usage error naming the closest valid one."""
+    valid = set(GENERIC_OPTIONS) | set(fe.option_names)
+    for be in backends:
+        valid |= set(be.option_names)
+    for name in options:
+        if name in valid:
+            continue
+        everywhere = set(GENERIC_OPTIONS)
+        for _, comp in [*FRONTENDS.items(), *BACKENDS.items()]:
+            everywhere |= set(comp.option_names)
+        close = difflib.get_close_matches(name, sorted(valid), n=1, cutoff=0.6)
+        if close:
+            hint = f"did you mean {close[0]!r}?"
+        elif name in everywhere:
+            hint = f"no stage of this route ({fe.name} -> {', '.join(b.name for b in backends)}) reads it"
+        else:
+            hint = f"valid options here: {', '.join(sorted(valid - set(GENERIC_OPTIONS))) or 'none'}"
+        raise UsageError(f"unknown option {name!r}", hint)
+
+
+def resolve_outputs(request: Request, backends: list[Backend], fe: Frontend) -> list[Path | None]:
+    """Where each target is written: ``-o`` as given for one target, ``-o DIR`` for several,
+    and beside the source with each target's suffix when no ``-o`` was given."""
+    out, src = request.output, request.source
+    if not request.write:
+        return [None] * len(backends)
+    if len(backends) == 1:
+        be = backends[0]
+        if out is None:
+            return [default_output(src, be, request.opset)]
+        check_suffix(out, be)
+        return [out]
+    if out is not None and out.exists() and not out.is_dir():
+        raise UsageError(f"-o {out} is a file, but {len(backends)} targets were asked",
+                         "pass a folder: -o OUTDIR/ (each target is written there with its suffix)")
+    if out is None and not isinstance(src, Path):
+        return [None] * len(backends)
+    folder = out if out is not None else src.parent
+    stem = src.stem if isinstance(src, Path) else "model"
+    return [folder / f"{stem}{be.suffixes[0]}" for be in backends]
+
+
+def default_output(src: Any, be: Backend, opset: int | None) -> Path | None:
+    """``model.pt2`` -> ``model.onnx`` beside it; an ONNX source keeps its suffix and gains the
+    opset (``model.opset21.onnx``) so that it never names the input."""
+    if not isinstance(src, Path) or not be.suffixes:
+        return None
+    stem = src.name if src.is_dir() else src.stem
+    candidate = src.parent / f"{stem}{be.suffixes[0]}"
+    if candidate.resolve() == src.resolve():
+        candidate = src.parent / f"{stem}.{f'opset{opset}' if opset else 'converted'}{be.suffixes[0]}"
+    return candidate
+
+
+def check_suffix(path: Path, be: Backend) -> None:
+    if be.suffixes and path.suffix.lower() not in be.suffixes:
+        raise UsageError(f"output {path.name} has the wrong suffix for {be.name}",
+                         f"use one of: {', '.join(be.suffixes)}")
+
+
+def peek_opset(src: Any) -> int | None:
+    """The default-domain opset of an ONNX source, read without its weights."""
+    from unframe import io
+    from unframe.opset import main_opset
+
+    if isinstance(src, Path):
+        return main_opset(io.load_proto(src))
+    try:
+        return main_opset(src)
+    except (TypeError, AttributeError):
+        return None

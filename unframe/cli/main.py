@@ -68,6 +68,24 @@ def _fail_line(message: str, code: int) -> None:
 
 
 MAX_LISTED_BLOCKERS = 25
+MAX_MESSAGE = 180  # characters of an error's message on the terminal; --debug/--json give all
+MAX_HINT = 120
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
+def error_line(exc: Any) -> str:
+    """``message (hint)`` kept to about two terminal lines: a tool's long message is cut (the
+    full text is under --debug and --json) and the hint, which says what to do, is kept."""
+    message = getattr(exc, "message", str(exc))
+    hint = _cut(getattr(exc, "hint", ""), MAX_HINT)
+    if len(message) > MAX_MESSAGE:
+        message = _cut(message, MAX_MESSAGE)
+        hint = f"{hint}; " if hint else ""
+        hint += "--debug shows the whole message"
+    return f"{message} ({hint})" if hint else message
 
 
 def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -77,8 +95,10 @@ def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         debug = bool(kwargs.get("debug"))
         as_json = bool(kwargs.get("as_json"))
-        from unframe.errors import UnframeError, UnsupportedError
+        from unframe import quiet
+        from unframe.errors import UnframeError
 
+        quiet.set_debug(debug)
         try:
             return fn(*args, **kwargs)
         except UnframeError as exc:
@@ -88,13 +108,14 @@ def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
                 traceback.print_exc()
             if as_json:
                 click.echo(json.dumps(exc.to_dict(), indent=2, default=str))
-            click.echo(f"error: {exc}", err=True)
-            if isinstance(exc, UnsupportedError) and not as_json:
-                shown = exc.blockers if debug else exc.blockers[:MAX_LISTED_BLOCKERS]
+            click.echo(f"error: {exc if debug else error_line(exc)}", err=True)
+            blockers = getattr(exc, "blockers", None) or []
+            if blockers and not as_json:
+                shown = blockers if debug else blockers[:MAX_LISTED_BLOCKERS]
                 for b in shown:
                     click.echo(f"  - {b}", err=True)
-                if len(shown) < len(exc.blockers):
-                    click.echo(f"  ... and {len(exc.blockers) - len(shown)} more "
+                if len(shown) < len(blockers):
+                    click.echo(f"  ... and {len(blockers) - len(shown)} more "
                                "(--json or --debug lists every one)", err=True)
             sys.exit(exc.exit_code)
         except KeyboardInterrupt:
@@ -107,7 +128,8 @@ def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
                 import traceback
 
                 traceback.print_exc()
-            text = " ".join(str(exc).split())[:300] or type(exc).__name__
+            text = " ".join(str(exc).split())
+            text = (text if debug else _cut(text, MAX_MESSAGE)) or type(exc).__name__
             click.echo(f"error: unexpected {type(exc).__name__}: {text} "
                        "(nothing was written; rerun with --debug and report it)", err=True)
             sys.exit(1)
@@ -130,8 +152,11 @@ def _console() -> Any:
 @cli.command()
 @click.argument("src")
 @click.option("--from", "from_", metavar="F", help="Source framework: onnx, torch, tf, sklearn (default: detect).")
-@click.option("--to", "to", default="onnx", show_default=True, metavar="T", help="Target: onnx, coreml, tensorrt.")
-@click.option("-o", "--output", type=click.Path(), help="Output path (.onnx, .mlpackage, .engine).")
+@click.option("--to", "to", default="onnx", show_default=True, metavar="T[,T...]",
+              help="Targets: onnx, coreml, tensorrt, a comma list, or all (every backend usable here).")
+@click.option("-o", "--output", type=click.Path(),
+              help="Output path (.onnx, .mlpackage, .engine); a folder for several targets. "
+                   "Default: beside SRC with the target's suffix.")
 @click.option("--opset", type=int, help="ONNX opset of the output (ONNX target).")
 @click.option("--ml-opset", type=int, help="ai.onnx.ml opset of the output (default: the source's).")
 @click.option("--explain", is_flag=True, help="Print the planned route and exit without converting.")
@@ -148,6 +173,7 @@ def _console() -> Any:
 @click.option("--model", "model_factory", metavar="MODULE:FACTORY", help="torch: builds the model for a state dict (--trust).")
 @click.option("--signature", help="tf: SavedModel signature (default serving_default).")
 @click.option("--nchw-inputs", is_flag=True, default=None, help="tf: transpose NHWC image inputs to NCHW at the graph edge.")
+@click.option("--custom-objects", type=click.Path(), help="tf: a .py module defining custom Keras classes (needs --trust).")
 @click.option("--zipmap", is_flag=True, default=None, help="sklearn: keep ZipMap on classifier probabilities.")
 @click.option("--float-precision", type=click.Choice(["auto", "float", "double"]), help="sklearn: float32 or double route.")
 @click.option("--precision", type=click.Choice(["fp32", "fp16", "bf16"]), help="coreml/tensorrt: compute precision.")
@@ -177,50 +203,60 @@ def convert(src: str, from_: str | None, to: str, output: str | None, opset: int
     """Convert SRC (a model file, SavedModel folder, or module:factory with --trust) to --to."""
     from unframe import api
     from unframe.cli import options as opt
+    from unframe.cli.progress import observer_for
 
-    if output is None and not explain:
-        from unframe.errors import UsageError
-
-        raise UsageError("no output path", "pass -o/--output PATH (or --explain to only plan)")
     stage = opt.stage_options(stage_options)
-    result = api.convert(
-        src, from_=from_, to=to, output=output, opset=opset, ml_opset=ml_opset, explain=explain,
-        validate=not no_validate, atol=opt.tolerance(atol, "--atol"), rtol=opt.tolerance(rtol, "--rtol"),
-        trust=trust, force=force, sample_inputs=sample_inputs, inputs=inputs, static=static,
-        dynamic=[opt.dynamic_axis(d) for d in dynamic], **stage)
-    if explain:
-        _print_route(result.route, as_json)
-        return
-    _print_result(result, as_json)
+    observer = observer_for(as_json)
+    try:
+        result = api.convert(
+            src, from_=from_, to=to, output=output, opset=opset, ml_opset=ml_opset, explain=explain,
+            validate=not no_validate, atol=opt.tolerance(atol, "--atol"), rtol=opt.tolerance(rtol, "--rtol"),
+            trust=trust, force=force, sample_inputs=sample_inputs, inputs=inputs, static=static,
+            dynamic=[opt.dynamic_axis(d) for d in dynamic], observer=observer, **stage)
+    except api.PartialFailure as failure:  # the others were written: show them, then the error
+        _print_result(failure.result, as_json, explain=False)
+        raise
+    finally:
+        getattr(observer, "close", lambda: None)()
+    _print_result(result, as_json, explain)
 
 
-def _print_route(route: Any, as_json: bool) -> None:
+def _print_result(result: Any, as_json: bool, explain: bool = False) -> None:
     if as_json:
-        click.echo(json.dumps(route.to_dict(), indent=2))
-        return
-    _console().print(route.describe(), markup=False)
-
-
-def _print_result(result: Any, as_json: bool) -> None:
-    if as_json:
-        click.echo(json.dumps(result.to_dict(), indent=2, default=str))
+        data = result.route.to_dict() if explain else result.to_dict()
+        click.echo(json.dumps(data, indent=2, default=str))
         return
     con = _console()
     con.print(result.route.describe(), markup=False)
-    notes = (result.export.notes if result.export else []) + result.artifact.notes
-    for n in notes:
+    if explain:
+        return
+    singles = result.results.values() if hasattr(result, "results") else [result]
+    for r in singles:
+        _print_one(con, r, several=hasattr(result, "results"))
+
+
+def _print_one(con: Any, result: Any, several: bool) -> None:
+    if several:
+        con.print(f"{result.target}:", markup=False)
+    for n in result.notes:
         con.print(f"note: {n}", markup=False)
     if result.report.stages:
         for s in result.report.stages:
             style = {"passed": "green", "failed": "red", "skipped": "yellow"}[s.status]
-            con.print(f"[{style}]parity[/] {s.summary()}", highlight=False)
+            con.print(f"[{style}]parity[/] " + escape(s.summary()), highlight=False)
             con.print(f"       {s.reference}  vs  {s.candidate}", markup=False)
-    elif result.route.stages and any(st.name == "parity" for st in result.route.stages):
-        con.print("parity: not validated (--no-validate)")
-    else:
+    elif any(st.kind == "parity" for st in result.route.stages):
         con.print("parity: no stage changed the graph, so there was nothing to compare")
+    else:
+        con.print("parity: not validated (--no-validate)")
     for p in result.written:
         con.print(f"wrote {p}", markup=False)
+
+
+def escape(text: str) -> str:
+    from rich.markup import escape as _escape
+
+    return _escape(text)
 
 
 # ----------------------------------------------------------------------------------- opset --
@@ -255,7 +291,8 @@ def opset(model: str, to_opset: int, ml_opset: int | None, output: str, no_valid
 @cli.command()
 @click.argument("model")
 @click.option("--from", "from_", metavar="F")
-@click.option("--to", "to", default="onnx", show_default=True)
+@click.option("--to", "to", default="onnx", show_default=True, metavar="T[,T...]",
+              help="Targets: onnx, coreml, tensorrt, a comma list, or all.")
 @click.option("--opset", type=int)
 @click.option("--target", "deploy_target", metavar="iOS16|iOS17|...", help="coreml: minimum deployment target.")
 @click.option("--precision", type=click.Choice(["fp32", "fp16", "bf16"]))
@@ -265,24 +302,40 @@ def opset(model: str, to_opset: int, ml_opset: int | None, output: str, no_valid
 @handle_errors
 def check(model: str, from_: str | None, to: str, opset: int | None, deploy_target: str | None,
           precision: str | None, trust: bool, as_json: bool, debug: bool) -> None:
-    """Pre-flight: every reason the target can't take MODEL, listed at once, without converting."""
+    """Pre-flight: every reason each target can't take MODEL, listed at once, without converting."""
     from unframe import api
 
     opts = {k: v for k, v in {"target": deploy_target, "precision": precision}.items() if v}
     result = api.check(model, from_=from_, to=to, opset=opset, trust=trust, **opts)
     if as_json:
         click.echo(json.dumps(result.to_dict(), indent=2))
-    else:
-        con = _console()
-        if result:
-            con.print(f"ok: {to} can take {model}", markup=False, soft_wrap=True)
+        sys.exit(0 if result else 4)
+    con = _console()
+    per_target = result.results if hasattr(result, "results") else {result.target: result}
+    if len(per_target) > 1:
+        _check_table(con, per_target)
+    for name, r in per_target.items():
+        if r:
+            con.print(f"ok: {name} can take {model}", markup=False, soft_wrap=True)
         else:
-            con.print(f"{len(result.blockers)} blocker(s) for {to}:", markup=False)
-            for b in result.blockers:
+            con.print(f"{len(r.blockers)} blocker(s) for {name}:", markup=False)
+            for b in r.blockers:
                 con.print(f"  - {b}", markup=False)
-        for note in result.notes:
+        for note in r.notes:
             con.print(note, markup=False, soft_wrap=True)
     sys.exit(0 if result else 4)
+
+
+def _check_table(con: Any, per_target: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    table = Table(title="pre-flight per target")
+    for column in ("target", "verdict", "blockers", "first blocker"):
+        table.add_column(column)
+    for name, r in per_target.items():
+        table.add_row(name, "ok" if r else "blocked", str(len(r.blockers)),
+                      escape(str(r.blockers[0])) if r.blockers else "-")
+    con.print(table)
 
 
 # --------------------------------------------------------------------------------- inspect --
@@ -292,7 +345,8 @@ def check(model: str, from_: str | None, to: str, opset: int | None, deploy_targ
 @debug_option
 @handle_errors
 def inspect(model: str, as_json: bool, debug: bool) -> None:
-    """Show an ONNX MODEL: versions, ops, inputs/outputs, weights, external data, provenance."""
+    """Show what is in MODEL (.onnx, .mlpackage, .mlmodel, .engine/.plan): inputs/outputs, ops,
+    versions, sizes and unframe's provenance, without running it."""
     from unframe.cli.inspect import describe, render
 
     info = describe(model)

@@ -49,7 +49,8 @@ class InputSpec:
 class ConvertOptions:
     """Options every stage may read. ``options`` holds the stage-specific ones by name
     (e.g. ``exporter``, ``signature``, ``zipmap``, ``precision``, ``shapes``); a stage ignores the
-    names it does not know, and ``unframe.api`` rejects names no stage of the route declares."""
+    names it does not know, and ``route.plan`` rejects names no stage of the route declares in
+    its ``option_names``."""
 
     trust: bool = False
     opset: int | None = None
@@ -152,6 +153,8 @@ class Frontend(_Component):
     # Fully qualified base-class names of objects it takes, checked against type(obj).__mro__
     # by name so that detection never imports the framework.
     object_types: tuple[str, ...] = ()
+    # False for a source that is ONNX already: the route has no export stage.
+    exports: bool = True
 
     @property
     def kind_name(self) -> str:
@@ -182,8 +185,9 @@ class Frontend(_Component):
         """Export to ONNX at ``opts.opset`` (or the closest/default one)."""
 
     @abstractmethod
-    def runner(self, native: Any, export: ExportResult) -> Runner:
-        """A runner of the source framework taking feeds and returning outputs by ONNX names."""
+    def runner(self, native: Any, export: ExportResult | None) -> Runner:
+        """A runner of the source framework taking feeds and returning outputs by ONNX names
+        (``export`` is None for a frontend that doesn't export)."""
 
     def describe(self, native: Any) -> str:
         return type(native).__name__
@@ -194,10 +198,30 @@ class Backend(_Component):
 
     suffixes: tuple[str, ...] = ()  # output suffixes it writes
     canonical_opset: int | None = None  # models are converted to this opset first (None: keep)
+    # True when the artifact is the ONNX graph itself (nothing new to run for parity)
+    artifact_is_graph: bool = False
 
     @property
     def kind_name(self) -> str:
         return "backend"
+
+    def opset_window(self, target: Target) -> tuple[int, int] | None:
+        """(lowest, highest) ONNX opset the target runtime's importer accepts; None: any."""
+        return None
+
+    def pick_opset(self, target: Target, requested: int | None) -> int | None:
+        """The ONNX opset the model is brought to before ``convert``: the backend's canonical
+        opset (its translators are written against one version of each op), which lies in the
+        target's window. None keeps the model's own opset."""
+        return self.canonical_opset if self.canonical_opset is not None else requested
+
+    def check_opset_request(self, opset: int) -> None:
+        """``--opset`` names the ONNX output's opset; a backend with its own opset refuses it."""
+        from unframe.errors import UsageError
+
+        if self.canonical_opset is not None and opset != self.canonical_opset:
+            raise UsageError(f"--opset {opset} applies to ONNX output; the {self.name} backend works "
+                             f"at opset {self.canonical_opset}", "drop --opset")
 
     @abstractmethod
     def check(self, model: ir.Model, target: Target) -> list[Blocker]:

@@ -29,7 +29,8 @@ class OutputParity:
     ref_dtype: str = ""
     out_dtype: str = ""
     max_abs: float = 0.0
-    max_rel: float = 0.0
+    max_rel: float = 0.0  # element-wise, over elements of magnitude > 1e-6
+    scale: float = 0.0  # the reference's largest finite magnitude
     atol: float = 0.0
     rtol: float = 0.0
     mismatched: int = 0
@@ -41,6 +42,7 @@ class OutputParity:
         """Fold another feed's result for the same output into this one (worst case wins)."""
         self.max_abs = max(self.max_abs, other.max_abs)
         self.max_rel = max(self.max_rel, other.max_rel)
+        self.scale = max(self.scale, other.scale)
         self.mismatched += other.mismatched
         self.total += other.total
         if not other.passed and self.passed:
@@ -69,17 +71,29 @@ class StageParity:
     def max_rel(self) -> float:
         return max((o.max_rel for o in self.outputs), default=0.0)
 
+    @property
+    def scale(self) -> float:
+        return max((o.scale for o in self.outputs), default=0.0)
+
+    @property
+    def rel_to_scale(self) -> float:
+        """The worst output's max abs error relative to that output's scale (its largest
+        reference magnitude): element-wise relative error is meaningless near zero."""
+        return max((o.max_abs / o.scale for o in self.outputs if o.scale > 0), default=0.0)
+
     def summary(self) -> str:
         if self.status == SKIPPED:
             return f"{self.stage}: skipped ({self.reason})"
         if self.status == FAILED:
             return f"{self.stage}: FAILED ({self.reason})"
         return (f"{self.stage}: passed on {self.cases} input set(s), {len(self.outputs)} output(s), "
-                f"max abs err {self.max_abs:.3g}, max rel err {self.max_rel:.3g}")
+                f"max abs err {self.max_abs:.3g} ({self.rel_to_scale:.2g} of the output scale "
+                f"{self.scale:.3g})")
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
-        d["max_abs"], d["max_rel"] = self.max_abs, self.max_rel
+        d["max_abs"], d["max_rel"], d["scale"] = self.max_abs, self.max_rel, self.scale
+        d["rel_to_scale"] = self.rel_to_scale
         return d
 
     @classmethod
@@ -111,6 +125,12 @@ class ParityReport:
     def summary(self) -> str:
         """Short text for provenance metadata."""
         return "; ".join(s.summary() for s in self.stages) or "not validated"
+
+    def __str__(self) -> str:
+        if not self.stages:
+            return "parity: nothing compared"
+        return "\n".join(f"parity {s.summary()}\n       {s.reference}  vs  {s.candidate}"
+                         for s in self.stages)
 
 
 def compare(ref: Runner, out: Runner, feeds: Mapping[str, np.ndarray] | Sequence[Mapping[str, np.ndarray]],
@@ -165,6 +185,8 @@ def maps_to_matrix(value: Any) -> np.ndarray | None:
     """A sequence of ``{label: value}`` maps (ONNX ZipMap's output, or a classifier's
     per-row probability dicts) as an [N, K] float64 matrix with columns in sorted label order;
     None when ``value`` is not such a sequence."""
+    if isinstance(value, np.ndarray) and (value.ndim == 0 or value.dtype != object):
+        return None  # a numeric tensor (a scalar output included), not a sequence of maps
     rows = list(value) if isinstance(value, (list, tuple, np.ndarray)) else None
     if not rows or not all(isinstance(r, dict) for r in rows):
         return None
@@ -216,6 +238,7 @@ def compare_arrays(name: str, ref: np.ndarray, out: np.ndarray, atol: float, rto
         res.mismatched = int(np.size(eq) - np.count_nonzero(eq))
         if kind_a == "int" and ref.size:
             res.max_abs = float(np.max(np.abs(ref.astype(np.float64) - out.astype(np.float64))))
+            res.scale = float(np.max(np.abs(ref.astype(np.float64))))
         elif kind_a != "int":
             res.max_abs = float(res.mismatched > 0)
     else:
@@ -241,6 +264,7 @@ def _compare_float(res: OutputParity, ref: np.ndarray, out: np.ndarray, atol: fl
     res.mismatched = int(np.count_nonzero(bad))
     if diff.size:
         res.max_abs = float(diff.max())
+        res.scale = float(np.where(finite, mag, 0.0).max())
         significant = finite & (mag > 1e-6)
         if np.any(significant):
             res.max_rel = float((diff[significant] / mag[significant]).max())

@@ -87,12 +87,21 @@ def _nbytes(model: ir.Model) -> int:
     return total
 
 
+_DEFAULT_THREADS: list[int | None] = [None]
+
+
+def set_default_threads(threads: int | None) -> None:
+    """Threads per onnxruntime session made from now on in this process (None: onnxruntime's
+    choice). Zoo workers run side by side, one thread each."""
+    _DEFAULT_THREADS[0] = threads
+
+
 class OnnxRuntimeRunner(Runner):
     """onnxruntime on the CPU, graph optimizations limited to basic ones so that what runs is
     the graph as written."""
 
     def __init__(self, model: Any, *, providers: list[str] | None = None,
-                 optimization: str = "basic") -> None:
+                 optimization: str = "basic", threads: int | None = None) -> None:
         import onnxruntime as ort
 
         self.name = f"onnxruntime {_version('onnxruntime')}"
@@ -104,6 +113,11 @@ class OnnxRuntimeRunner(Runner):
             "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
             "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
         }[optimization]
+        threads = threads or _DEFAULT_THREADS[0]
+        if threads:
+            opts.intra_op_num_threads = threads
+            opts.inter_op_num_threads = 1
+            opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
         try:
             self.session = ort.InferenceSession(src.path or src.data, opts,
                                                 providers=providers or ["CPUExecutionProvider"])

@@ -21,6 +21,7 @@ class OnnxBackend(Backend):
     description = "ONNX files at any opset (.onnx)"
     suffixes = (".onnx",)
     canonical_opset = None  # keep the model's opset unless --opset asks for another
+    artifact_is_graph = True
 
     def distributions(self) -> tuple[str, ...]:
         return ("onnx", "onnx-ir")
@@ -29,6 +30,7 @@ class OnnxBackend(Backend):
         return onnx_checker_blockers(model)
 
     def convert(self, model: ir.Model, target: Target, workdir: Path) -> Artifact:
+        remove_dead_values(model)
         return Artifact(kind="onnx", model=model)
 
     def stamp(self, artifact: Artifact, provenance: dict[str, str]) -> None:
@@ -41,6 +43,18 @@ class OnnxBackend(Backend):
         written = io.write_onnx(artifact.model, path)
         artifact.path = path
         return written
+
+
+def remove_dead_values(model: ir.Model) -> None:
+    """Drop nodes, initializers and functions nothing reads (an exporter's or a pass's leftovers),
+    so that a written file carries no dead weights.
+
+    Before: ``W_unused`` (an initializer no node reads), ``Add(x, c) -> t`` with ``t`` unused
+    After:  neither"""
+    from onnx_ir.passes.common import RemoveUnusedFunctionsPass, RemoveUnusedNodesPass
+
+    RemoveUnusedNodesPass()(model)
+    RemoveUnusedFunctionsPass()(model)
 
 
 def onnx_checker_blockers(model: ir.Model) -> list[Blocker]:

@@ -16,6 +16,7 @@ from unframe import io
 from unframe.converters.base import ConvertOptions, ExportResult, Frontend, InputSpec
 from unframe.converters.registry import register_frontend
 from unframe.distributions import dist_version
+from unframe.opset import main_opset
 from unframe.validate.inputs import generate_feeds
 from unframe.validate.onnxruntime import onnx_runner
 from unframe.validate.runner import Runner
@@ -28,6 +29,7 @@ class OnnxFrontend(Frontend):
     description = "ONNX files (.onnx), onnx.ModelProto and onnx_ir.Model objects"
     suffixes = (".onnx",)
     object_types = ("onnx.onnx_ml_pb2.ModelProto", "onnx_ir._core.Model")
+    exports = False  # the source is the graph: the route starts at the opset stage
 
     def distributions(self) -> tuple[str, ...]:
         return ("onnx", "onnx-ir", "onnxruntime")
@@ -51,14 +53,15 @@ class OnnxFrontend(Frontend):
     def to_onnx(self, native: ir.Model, spec: InputSpec, opts: ConvertOptions) -> ExportResult:
         feeds = _feeds(native, spec)
         return ExportResult(model=native, tool="none (ONNX input)", route="onnx",
-                            opset=native.opset_imports.get("", native.opset_imports.get("ai.onnx")),
+                            opset=main_opset(native),
                             tool_versions={"onnx": dist_version("onnx")}, feeds=feeds)
 
-    def runner(self, native: ir.Model, export: ExportResult) -> Runner:
+    def runner(self, native: ir.Model, export: ExportResult | None) -> Runner:
         return onnx_runner(native)
 
     def describe(self, native: ir.Model) -> str:
-        return f"ONNX model (opset {native.opset_imports.get('', '?')}, {len(native.graph)} nodes)"
+        opset = main_opset(native)
+        return f"ONNX model (opset {'?' if opset is None else opset}, {len(native.graph)} nodes)"
 
 
 def _feeds(model: ir.Model, spec: InputSpec) -> list[dict[str, Any]]:

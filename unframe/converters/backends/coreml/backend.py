@@ -27,6 +27,11 @@ from unframe.validate.runner import Runner, TensorSpec
 
 CANONICAL_OPSET = 21
 PRECISIONS = ("fp16", "fp32")
+# The ONNX opset a model is brought to, per MIL opset (deployment target). The translators in
+# ops/ are written against one version of each ONNX op (opset 21); the deployment target decides
+# which MIL ops they emit, not which ONNX opset they read. A translator set written for a newer
+# opset would add a row here.
+ONNX_OPSET_BY_IOS = {15: CANONICAL_OPSET, 16: CANONICAL_OPSET, 17: CANONICAL_OPSET, 18: CANONICAL_OPSET}
 
 
 @register_backend
@@ -43,6 +48,15 @@ class CoreMLBackend(Backend):
 
     def distributions(self) -> tuple[str, ...]:
         return ("coremltools",)
+
+    def opset_window(self, target: Target) -> tuple[int, int]:
+        from unframe.converters.backends.coreml.translate import ios_of
+
+        opset = ONNX_OPSET_BY_IOS[max(ios_of(target.get("target")), min(ONNX_OPSET_BY_IOS))]
+        return opset, opset
+
+    def pick_opset(self, target: Target, requested: int | None) -> int:
+        return self.opset_window(target)[1]
 
     # -- pre-flight ----------------------------------------------------------------------------
     def check(self, model: ir.Model, target: Target) -> list[Blocker]:

@@ -35,6 +35,11 @@ if TYPE_CHECKING:
     import onnx_ir as ir
 
 CANONICAL_OPSET = 21
+# The ONNX opsets each parser takes, from NVIDIA's documents (onnx-tensorrt operators.md: "TensorRT
+# 10.15 supports operators in the inclusive range of opset 9 to opset 24"; the TensorRT 11 opset
+# guide: 9 to 25). TensorRT-RTX ships the same open-source ONNX parser as TensorRT 10.
+PARSER_OPSETS = {("tensorrt", 10): (9, 24), ("tensorrt", 11): (9, 25), ("tensorrt_rtx", 1): (9, 24)}
+DEFAULT_WINDOW = (9, 24)
 PRECISIONS = ("fp32", "fp16", "bf16")
 # (atol, rtol) of engine vs onnxruntime, by compute precision. fp32 allows for TF32 tensor-core
 # matmuls/convolutions, which TensorRT enables by default on Ampere and later.
@@ -116,6 +121,19 @@ class TensorRTBackend(Backend):
     def ensure_available(self, what: str | None = None) -> None:
         if trtmodule.load_or_none() is None:
             raise MissingExtraError(what or "building a TensorRT engine", self.extra, self.packages)
+
+    def opset_window(self, target: Target) -> tuple[int, int]:
+        """The installed parser's window (read from distribution metadata, no import)."""
+        flavour = trtmodule.installed_flavour()
+        versions = trtmodule.distribution_versions(flavour) if flavour else {}
+        major = next((int(v.split(".")[0]) for v in versions.values() if v.split(".")[0].isdigit()), None)
+        return PARSER_OPSETS.get((flavour or "", major or 0), DEFAULT_WINDOW)
+
+    def pick_opset(self, target: Target, requested: int | None) -> int:
+        """The highest opset both the parser and unframe's TensorRT passes (preparation, precision
+        lowering, the pre-flight table) are checked at: the canonical opset, inside the window."""
+        low, high = self.opset_window(target)
+        return max(low, min(high, CANONICAL_OPSET))
 
     # -- check --------------------------------------------------------------------------------
     def check(self, model: ir.Model, target: Target) -> list[Blocker]:

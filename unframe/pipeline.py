@@ -1,0 +1,478 @@
+"""The pipeline: the stage objects a route is made of, and the one loop that runs them.
+
+``route.plan()`` returns a ``Route``: a prefix of stages every target shares (load, export) and
+one branch of stages per target (opset, backend, write), with a ``ParityStage`` after each stage
+that changes what is computed. ``run_route()`` runs them in order over one ``Flow``, the state in
+flight. A work stage offers a runner of what it produced; the parity stage after it compares that
+runner with the previous one, the way Polygraphy's comparator compares each runner with the next.
+``--explain`` prints the same list, so what is explained is what runs.
+
+Adding a capability (a locator, a callback, a new kind of check) means a new stage or a method on
+one, not a new parameter threaded through ``unframe.api``.
+
+Before::   api.convert: load; export; compare; convert opset; compare; check; convert; compare...
+After::    for stage in route.prefix + branch.stages: stage.run(flow)
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from unframe import io
+from unframe.converters.base import (
+    Artifact,
+    Backend,
+    ConvertOptions,
+    ExportResult,
+    Frontend,
+    InputSpec,
+    RunnerUnavailable,
+    Target,
+)
+from unframe.distributions import dist_version
+from unframe.errors import ParityError, UnsupportedError
+from unframe.opset import main_opset
+from unframe.validate.compare import ParityReport, StageParity, compare
+from unframe.validate.runner import Runner
+
+if TYPE_CHECKING:
+    import onnx_ir as ir
+
+
+# ------------------------------------------------------------------------ the request ---------
+@dataclass
+class Settings:
+    """What the caller asked that any stage may read (the rest of a call is the route itself)."""
+
+    validate: bool = True
+    trust: bool = False
+    force: bool = False
+    atol: Any = None
+    rtol: Any = None
+    spec: InputSpec = field(default_factory=InputSpec)
+    options: dict[str, Any] = field(default_factory=dict)  # stage options by name
+
+    def convert_options(self, opset: int | None = None) -> ConvertOptions:
+        return ConvertOptions(trust=self.trust, opset=opset, options=dict(self.options),
+                              validate=self.validate)
+
+
+# ------------------------------------------------------------------------ runners ------------
+class Deferred(Runner):
+    """A runner built on first use. The source framework's runner names its outputs after the
+    exported graph, so it can only be built after the export; ``pin()`` builds it early, before
+    a stage changes the model it would run."""
+
+    def __init__(self, factory: Callable[[], Runner]) -> None:
+        self._factory = factory
+        self._runner: Runner | None = None
+
+    def pin(self) -> Runner:
+        if self._runner is None:
+            self._runner = self._factory()
+        return self._runner
+
+    @property
+    def name(self) -> str:  # type: ignore[override]
+        return self.pin().name
+
+    def input_specs(self) -> Any:
+        return self.pin().input_specs()
+
+    def output_names(self) -> Any:
+        return self.pin().output_names()
+
+    def run(self, feeds: Any) -> dict[str, Any]:
+        return self.pin().run(feeds)
+
+
+@dataclass
+class Unavailable:
+    """A stage's artifact can't be run here (a TensorRT engine without a GPU): parity is skipped."""
+
+    candidate: str
+    reason: str
+
+
+def onnx_runner_of(model: ir.Model) -> Deferred:
+    from unframe.validate.onnxruntime import onnx_runner
+
+    return Deferred(lambda: onnx_runner(model))
+
+
+# ------------------------------------------------------------------------ the flow -----------
+@dataclass
+class Flow:
+    """One route's state in flight. Several targets fork it after the shared prefix."""
+
+    settings: Settings
+    source: Any
+    frontend: Frontend
+    native: Any = None
+    export: ExportResult | None = None
+    model: ir.Model | None = None
+    conversion: Any = None
+    artifact: Artifact | None = None
+    opset_path: list[int] = field(default_factory=list)
+    report: ParityReport = field(default_factory=ParityReport)
+    reference: Runner | None = None  # the runner of the last checked stage
+    candidate: Runner | Unavailable | None = None  # what the stage just run offers for checking
+    workdir: Path | None = None
+    keep_workdir: bool = False
+    written: list[Path] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    _feeds: list[dict[str, Any]] | None = None
+
+    @property
+    def validate(self) -> bool:
+        return self.settings.validate
+
+    @property
+    def feeds(self) -> list[dict[str, Any]]:
+        """Parity inputs: the exporter's, else the user's samples, else generated from the graph.
+        Drawn only when a stage compares something (``validate=False`` never needs them)."""
+        if self._feeds is None:
+            from unframe.validate.inputs import as_feed_list, generate_feeds
+
+            if self.export is not None and self.export.feeds:
+                self._feeds = self.export.feeds
+            elif self.settings.spec.samples is not None:
+                self._feeds = as_feed_list(self.settings.spec.samples)
+            else:
+                self._feeds = generate_feeds(self.model, source=_source_text(self.source))
+        return self._feeds
+
+    def pin_runners(self) -> None:
+        """Build deferred runners now: the next stage changes the model in place."""
+        for r in (self.reference, self.candidate):
+            if isinstance(r, Deferred):
+                r.pin()
+
+    def fork(self, clone: bool) -> Flow:
+        """A copy for one target's branch: its own model (a clone when other branches follow),
+        report, artifact and written files; the prefix's reference runner and feeds are shared."""
+        if self.validate:
+            self.pin_runners()
+            _ = self.feeds
+        model = self.model.clone() if clone and self.model is not None else self.model
+        return Flow(self.settings, self.source, self.frontend, native=self.native, export=self.export,
+                    model=model, opset_path=list(self.opset_path),
+                    report=ParityReport(list(self.report.stages)), reference=self.reference,
+                    timings=dict(self.timings), notes=list(self.notes), _feeds=self._feeds)
+
+    def record(self, stage: StageParity) -> None:
+        self.report.add(stage)
+        if not stage:
+            raise ParityError(f"parity failed at the {stage.stage} stage ({stage.reference} vs "
+                              f"{stage.candidate}): {stage.reason}",
+                              "nothing was written; loosen --atol/--rtol only if the difference is "
+                              "expected, or report the model", report=self.report)
+
+    def work_dir(self, near: Path | None) -> Path:
+        if self.workdir is None:
+            self.workdir = Path(tempfile.mkdtemp(prefix=".unframe-tmp-", dir=near))
+        return self.workdir
+
+    def cleanup(self) -> None:
+        if self.workdir is not None and not self.keep_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+            self.workdir = None
+
+
+def _source_text(source: Any) -> str:
+    return str(source) if isinstance(source, (str, Path)) else type(source).__name__
+
+
+# ------------------------------------------------------------------------ stages -------------
+class Stage:
+    """One step of a route. ``run(flow)`` does the work; a stage that changes what is computed
+    sets ``flow.candidate`` for the parity stage after it."""
+
+    kind = ""  # load | export | opset | backend | parity | write
+    mutates = False  # changes flow.model in place: deferred runners are pinned first
+
+    def __init__(self, tool: str, detail: str = "", versions: dict[str, str] | None = None) -> None:
+        self.tool = tool
+        self.detail = detail
+        self.versions = versions or {}
+
+    def run(self, flow: Flow) -> None:
+        raise NotImplementedError
+
+    def compare_options(self, flow: Flow) -> dict[str, Any]:
+        """How the parity stage after this one compares outputs (exact outputs, tolerances)."""
+        export = flow.export
+        return {"exact": export.exact_outputs if export else (),
+                "defaults": export.tolerances if export else None}
+
+    @property
+    def label(self) -> str:
+        return f"{self.kind}: {self.tool}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.kind, "tool": self.tool, "detail": self.detail, "versions": self.versions}
+
+    def describe(self) -> str:
+        ver = ", ".join(f"{k} {v}" for k, v in self.versions.items())
+        return (f"{self.kind:<8} {self.tool}" + (f" [{ver}]" if ver else "")
+                + (f" - {self.detail}" if self.detail else ""))
+
+
+class LoadStage(Stage):
+    kind = "load"
+
+    def __init__(self, frontend: Frontend, source: Any) -> None:
+        versions = frontend.versions() if frontend.exports else {
+            "onnx": dist_version("onnx") or "?", "onnx-ir": dist_version("onnx-ir") or "?"}
+        super().__init__(f"{frontend.name} frontend", _source_text(source), versions)
+        self.frontend = frontend
+        self.source = source
+
+    def run(self, flow: Flow) -> None:
+        fe = self.frontend
+        flow.native = fe.load(self.source, flow.settings.convert_options())
+        if not fe.exports:  # the source is the graph already
+            flow.model = flow.native
+            flow.opset_path = [o for o in [main_opset(flow.model)] if o]
+        if flow.validate:
+            native = flow.native
+            flow.reference = Deferred(lambda: fe.runner(native, flow.export))
+
+
+class ExportStage(Stage):
+    kind = "export"
+
+    def __init__(self, frontend: Frontend, opset: int | None) -> None:
+        super().__init__(f"{frontend.name} exporter", f"to ONNX opset {opset}" if opset else "to ONNX",
+                         frontend.versions())
+        self.frontend = frontend
+        self.opset = opset
+
+    def run(self, flow: Flow) -> None:
+        opts = flow.settings.convert_options(self.opset)
+        flow.export = self.frontend.to_onnx(flow.native, flow.settings.spec, opts)
+        flow.model = flow.export.model
+        flow.opset_path = [o for o in [main_opset(flow.model)] if o]
+        flow.notes.extend(flow.export.notes)
+        if flow.validate:
+            flow.candidate = onnx_runner_of(flow.model)
+
+
+class OpsetStage(Stage):
+    kind = "opset"
+    mutates = True
+
+    def __init__(self, start: int | None, target: int, ml_target: int | None = None,
+                 exporting: bool = False) -> None:
+        detail = f"opset {start or '?'} -> {target}"
+        if exporting:
+            detail += " (if the exporter can't produce it directly)"
+        if ml_target is not None:
+            detail += f", ai.onnx.ml -> {ml_target}"
+        super().__init__("unframe version converter", detail, {"unframe": dist_version("unframe") or "?"})
+        self.target = target
+        self.ml_target = ml_target
+
+    def run(self, flow: Flow) -> None:
+        from unframe import opset as facts
+
+        model = flow.model
+        ml_now = model.opset_imports.get(facts.ML_DOMAIN)
+        move_ml = self.ml_target is not None and ml_now is not None and ml_now != self.ml_target
+        if main_opset(model) == self.target and not move_ml:
+            return  # already there: nothing changed, nothing to compare
+        from unframe import version_converter
+
+        flow.pin_runners()
+        flow.conversion = version_converter.convert_opset(
+            model, self.target, ml_target=self.ml_target if move_ml else None)  # raises with every blocker
+        flow.opset_path.append(self.target)
+        if flow.validate:
+            flow.candidate = onnx_runner_of(model)
+
+
+class BackendStage(Stage):
+    kind = "backend"
+    mutates = True
+
+    def __init__(self, backend: Backend, target: Target, output: Path | None) -> None:
+        suffixes = ", ".join(backend.suffixes)
+        super().__init__(f"{backend.name} backend", f"build {suffixes}", backend.versions())
+        self.backend = backend
+        self.target = target
+        self.output = output
+
+    def run(self, flow: Flow) -> None:
+        be, tgt = self.backend, self.target
+        if "sample_shapes" in be.option_names and "sample_shapes" not in tgt.options:
+            shapes = _sample_shapes(flow)
+            if shapes:
+                tgt.options["sample_shapes"] = shapes
+        blockers = be.check(flow.model, tgt)
+        if blockers:
+            raise UnsupportedError(f"the {be.name} backend can't take this model: {len(blockers)} "
+                                   "blocker(s)", "see the list; `unframe check` shows them without "
+                                   "converting", blockers=blockers)
+        flow.pin_runners()
+        near = self.output.parent if self.output is not None else None
+        flow.artifact = be.convert(flow.model, tgt, flow.work_dir(near))
+        if not flow.validate or be.artifact_is_graph:
+            return
+        try:
+            flow.candidate = be.runner(flow.artifact, tgt)
+        except RunnerUnavailable as why:
+            flow.candidate = Unavailable(be.name, str(why))
+
+    def compare_options(self, flow: Flow) -> dict[str, Any]:
+        return {**super().compare_options(flow),
+                "default_fn": lambda dt: self.backend.tolerance(dt, self.target)}
+
+
+def _sample_shapes(flow: Flow) -> dict[str, tuple[int, ...]] | None:
+    feeds = flow.export.feeds if flow.export is not None and flow.export.feeds else None
+    if feeds is None:
+        try:
+            feeds = flow.feeds
+        except Exception:  # inputs no feed can be drawn for (sequences): the backend decides
+            return None
+    return {k: tuple(v.shape) for k, v in feeds[0].items()}
+
+
+class ParityStage(Stage):
+    """Compares the runner the stage before offered with the last checked runner."""
+
+    kind = "parity"
+
+    def __init__(self, checks: Stage, reference: str, candidate: str, what: str) -> None:
+        super().__init__(f"{reference} vs {candidate}", what,
+                         {"onnxruntime": dist_version("onnxruntime") or "?"})
+        self.checks = checks
+
+    def run(self, flow: Flow) -> None:
+        candidate, flow.candidate = flow.candidate, None
+        if candidate is None:
+            return  # the stage changed nothing
+        ref = flow.reference
+        if isinstance(candidate, Unavailable):
+            flow.record(StageParity.skipped(self.checks.kind, ref.name if ref else "?",
+                                            candidate.candidate, candidate.reason))
+            return
+        if ref is None:
+            flow.reference = candidate
+            return
+        s = flow.settings
+        flow.record(compare(ref, candidate, flow.feeds, s.atol, s.rtol, stage=self.checks.kind,
+                            **self.checks.compare_options(flow)))
+        flow.reference = candidate
+
+
+class WriteStage(Stage):
+    """Stamps provenance and places the artifact by rename from a staging folder beside it."""
+
+    kind = "write"
+
+    def __init__(self, backend: Backend, output: Path) -> None:
+        super().__init__(f"{backend.name} backend", str(output))
+        self.backend = backend
+        self.output = output
+
+    def run(self, flow: Flow) -> None:
+        write_artifact(flow, self.backend, self.output, force=flow.settings.force)
+
+
+class StampStage(Stage):
+    """Records provenance in the artifact: ONNX metadata_props, CoreML user metadata, or the
+    TensorRT sidecar. ``route_names`` is filled in by the planner once the branch is complete."""
+
+    kind = "stamp"
+
+    def __init__(self, backend: Backend) -> None:
+        super().__init__("provenance", "source sha256, route, tool versions, opset path, parity")
+        self.backend = backend
+        self.route_names: list[str] = []
+
+    def run(self, flow: Flow) -> None:
+        self.backend.stamp(flow.artifact, provenance(flow, self.route_names, self.backend))
+
+
+def write_artifact(flow: Flow, backend: Backend, output: Path, *, force: bool) -> list[Path]:
+    parent = output.parent if str(output.parent) else Path(".")
+    stage_dir = Path(tempfile.mkdtemp(prefix=".unframe-tmp-", dir=parent))
+    try:
+        written = backend.write(flow.artifact, stage_dir / output.name)
+        protect = (flow.source,) if isinstance(flow.source, Path) else ()
+        flow.written = io.place(written, parent, force=force, protect=protect)
+    finally:
+        shutil.rmtree(stage_dir, ignore_errors=True)
+    flow.artifact.path = output
+    return flow.written
+
+
+# ------------------------------------------------------------------------ provenance ---------
+def provenance(flow: Flow, route_names: list[str], backend: Backend) -> dict[str, str]:
+    """One provenance record, the same for every artifact kind and for the zoo."""
+    fe, export = flow.frontend, flow.export
+    tools = {"unframe": dist_version("unframe"), "onnx": dist_version("onnx"),
+             "onnx-ir": dist_version("onnx-ir"), "onnxruntime": dist_version("onnxruntime")}
+    tools.update(fe.versions())
+    tools.update(backend.versions())
+    if export is not None:
+        tools.update(export.tool_versions)
+    if isinstance(flow.source, Path):
+        source, digest = str(flow.source), io.sha256_of(flow.source)
+    else:
+        source, digest = f"python object: {fe.describe(flow.native)}", ""
+    return {
+        "version": dist_version("unframe") or "?",
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "source": source,
+        "source_sha256": digest,
+        "route": json.dumps(route_names),
+        "exporter": export.tool if export else "",
+        "export_route": export.route if export else "",
+        "notes": json.dumps(flow.notes),
+        "tools": json.dumps({k: v or "not installed" for k, v in tools.items()}, sort_keys=True),
+        # the opsets the graph actually had, ending with the one handed to the backend
+        "opset_path": json.dumps([str(o) for o in _dedupe(flow.opset_path)]),
+        "parity": json.dumps(parity_summary(flow.report)),
+    }
+
+
+def _dedupe(path: list[int]) -> list[int]:
+    return [p for i, p in enumerate(path) if i == 0 or p != path[i - 1]]
+
+
+def parity_summary(report: ParityReport) -> dict[str, Any]:
+    return {"passed": bool(report), "stages": [
+        {"stage": s.stage, "status": s.status, "reference": s.reference, "candidate": s.candidate,
+         "max_abs": s.max_abs, "max_rel": s.max_rel, "scale": s.scale, "cases": s.cases,
+         "reason": s.reason}
+        for s in report.stages]}
+
+
+# ------------------------------------------------------------------------ the loop -----------
+class Observer:
+    """Told when each stage starts and ends (the CLI shows a spinner; the default is silent)."""
+
+    @contextmanager
+    def stage(self, stage: Stage) -> Iterator[None]:
+        yield
+
+
+def run_stages(stages: list[Stage], flow: Flow, observer: Observer) -> None:
+    for stage in stages:
+        started = time.perf_counter()
+        with observer.stage(stage):
+            stage.run(flow)
+        key = stage.kind if stage.kind != "parity" else f"parity:{stage.checks.kind}"
+        flow.timings[key] = flow.timings.get(key, 0.0) + time.perf_counter() - started
