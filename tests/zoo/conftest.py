@@ -114,3 +114,18 @@ def slow_loop_op11(path: Path) -> None:
              numpy_helper.from_array(np.array(True), "cond")]
     _save(path, [helper.make_node("Loop", ["trips", "cond", "x"], ["y"], body=body)], [_vi("x", ["N", 2])],
           [_vi("y", ["N", 2])], 11, inits)
+
+
+def written_models(out: Path) -> dict[str, bytes]:
+    """Each written model's bytes, less the provenance's creation time (the runs differ in it)."""
+    import onnx
+
+    found = {}
+    for p in sorted(out.rglob("*.onnx")):
+        model = onnx.load(p)
+        kept = [m for m in model.metadata_props if m.key != "unframe.created"]
+        assert len(kept) == len(model.metadata_props) - 1, "provenance records when it was made"
+        del model.metadata_props[:]
+        model.metadata_props.extend(kept)
+        found[p.relative_to(out).as_posix()] = model.SerializeToString()
+    return found

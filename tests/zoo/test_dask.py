@@ -8,16 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.zoo.conftest import EXPECTED, TARGET
+from tests.zoo.conftest import EXPECTED, TARGET, written_models
 from unframe.errors import InputError
 from unframe.zoo.report import without_times
 from unframe.zoo.runner import UpgradeOptions, upgrade_zoo
 
 pytest.importorskip("dask.distributed", reason="needs dask[distributed]")
-
-
-def _outputs(out: Path) -> dict[str, bytes]:
-    return {p.relative_to(out).as_posix(): p.read_bytes() for p in sorted(out.rglob("*.onnx"))}
 
 
 def test_dask_local_cluster_matches_local_pool(small_zoo: Path, tmp_path: Path) -> None:
@@ -28,7 +24,7 @@ def test_dask_local_cluster_matches_local_pool(small_zoo: Path, tmp_path: Path) 
     assert "LocalCluster (2 workers)" in dask["executor"]
     assert {r["id"]: r["status"] for r in dask["rows"]} == EXPECTED
     assert without_times(dask) == without_times(local)
-    assert _outputs(tmp_path / "dask") == _outputs(tmp_path / "local")
+    assert written_models(tmp_path / "dask") == written_models(tmp_path / "local")
 
 
 def _closed_port() -> int:

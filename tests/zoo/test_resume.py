@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.zoo.conftest import EXPECTED, TARGET, make_zoo
+from tests.zoo.conftest import EXPECTED, TARGET, make_zoo, written_models
 from unframe.errors import UsageError
 from unframe.zoo.journal import journal_path, read_journal
 from unframe.zoo.report import without_times
@@ -33,10 +33,6 @@ def _run(src: Path, out: Path, *extra: str) -> subprocess.CompletedProcess:
 def _done_count(out: Path) -> int:
     path = journal_path(out)
     return len(read_journal(path).done) if path.exists() else 0
-
-
-def _outputs(out: Path) -> dict[str, bytes]:
-    return {p.relative_to(out).as_posix(): p.read_bytes() for p in sorted(out.rglob("*.onnx"))}
 
 
 def test_kill_9_then_resume_equals_uninterrupted_run(tmp_path: Path) -> None:
@@ -68,8 +64,8 @@ def test_kill_9_then_resume_equals_uninterrupted_run(tmp_path: Path) -> None:
     lines = [json.loads(x) for x in journal_path(killed).read_text().splitlines() if x.strip()]
     assert sum(r["event"] == "run" for r in lines) == 1
 
-    assert _outputs(killed) == _outputs(fresh)
-    assert len(_outputs(fresh)) == list(EXPECTED.values()).count("ok")
+    assert written_models(killed) == written_models(fresh)
+    assert len(written_models(fresh)) == list(EXPECTED.values()).count("ok")
     report_a = json.loads((killed / "report.json").read_text())
     report_b = json.loads((fresh / "report.json").read_text())
     assert without_times(report_a) == without_times(report_b)

@@ -7,7 +7,10 @@ from pathlib import Path
 
 import click
 
-from unframe.cli.main import debug_option, handle_errors
+from unframe.cli.main import debug_option, handle_errors, json_option
+from unframe.errors import ConversionError
+
+ConversionErrorCode = ConversionError.exit_code
 
 
 @click.group()
@@ -57,14 +60,17 @@ def build(manifest: Path | None, only: tuple[str, ...], out_dir: Path | None, fo
 @click.option("--report", type=click.Path(path_type=Path), help="Also write a report page (.html or .md).")
 @click.option("--timeout", type=float, default=600.0, show_default=True, help="Seconds per model before it is killed.")
 @click.option("--from", "from_", metavar="F", help="Source format (a frontend: torch, tf, sklearn); default: ONNX files.")
-@click.option("--to", "to", metavar="T", help="Target (a backend: onnx, coreml, tensorrt); default: onnx.")
+@click.option("--to", "to", metavar="T[,T...]",
+              help="Targets (onnx, coreml, tensorrt, a comma list, or all); several write a folder per "
+                   "model. Default: onnx.")
 @click.option("--force", is_flag=True, help="Start over, replacing existing outputs and journal.")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
+@json_option
 @debug_option
 @handle_errors
 def upgrade(src: Path, opset: int, out_dir: Path, workers: int, executor: str, scheduler: str | None,
             resume: bool, report: Path | None, timeout: float, from_: str | None, to: str | None,
-            force: bool, no_progress: bool, debug: bool) -> None:
+            force: bool, no_progress: bool, as_json: bool, debug: bool) -> None:
     """Upgrade every model in SRC_DIR_OR_MANIFEST to --opset under OUT_DIR.
 
     Each model runs in its own process and is checked against the original with onnxruntime on
@@ -85,13 +91,17 @@ def upgrade(src: Path, opset: int, out_dir: Path, workers: int, executor: str, s
     opts = UpgradeOptions(opset=opset, out_dir=out_dir, workers=workers, executor=executor,
                           scheduler=scheduler, resume=resume, report=report,
                           timeout=timeout if timeout > 0 else None, source_format=from_, target=to,
-                          force=force, progress=not no_progress)
+                          force=force, progress=not (no_progress or as_json))
     result = upgrade_zoo(src, opts)
+    if as_json:
+        import json
+
+        click.echo(json.dumps({**result.report, "written": [str(p) for p in result.written]},
+                              indent=2, default=str))
+        sys.exit(0 if result.ok else ConversionErrorCode)
     console = Console(highlight=False, width=max(Console().width, 160))
     print_table(result.report, console)
     for path in result.written:
         console.print(f"wrote {path}")
     if not result.ok:
-        from unframe.errors import ConversionError
-
-        sys.exit(ConversionError.exit_code)
+        sys.exit(ConversionErrorCode)

@@ -9,12 +9,12 @@ import onnx.shape_inference  # noqa: F401
 import onnx_ir  # noqa: F401
 import onnxruntime  # noqa: F401
 
+import unframe.api  # noqa: F401
 import unframe.io  # noqa: F401
 import unframe.validate.compare  # noqa: F401
 import unframe.validate.inputs  # noqa: F401
 import unframe.validate.onnxruntime  # noqa: F401
 from unframe.version_converter.registry import ADAPTERS
-from unframe.zoo import worker
+from unframe.zoo import worker  # noqa: F401
 
 ADAPTERS.load()
-worker._single_thread_ort_class()

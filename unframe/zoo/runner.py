@@ -120,11 +120,13 @@ def _check_opset(opset: int) -> None:
 
 
 def _formats(opts: UpgradeOptions) -> tuple[str, str, tuple[str, ...], str | None]:
-    """(source format, target, source suffixes, output suffix or None to keep the source's)."""
-    from unframe.converters.registry import BACKENDS, FRONTENDS
+    """(source format, targets as a comma list, source suffixes, output suffix: None keeps the
+    source's, "" means a folder per model holding one file per target)."""
+    from unframe.converters.registry import FRONTENDS
+    from unframe.route import get_backend, parse_targets
 
     fmt = opts.source_format or "onnx"
-    target = opts.target or "onnx"
+    targets = parse_targets(opts.target or "onnx")
     suffixes: tuple[str, ...] = ONNX_SUFFIXES
     if fmt != "onnx":
         if fmt not in FRONTENDS:
@@ -132,14 +134,15 @@ def _formats(opts: UpgradeOptions) -> tuple[str, str, tuple[str, ...], str | Non
         fe = FRONTENDS.get(fmt)
         fe.ensure_available(f"--from {fmt}")
         suffixes = tuple(s.lower() for s in fe.suffixes)
+    for target in targets:
+        get_backend(target).ensure_available(f"--to {target}")
     out_suffix = None
-    if target != "onnx" or fmt != "onnx":
-        if target not in BACKENDS:
-            raise UsageError(f"--to {target}: no such backend", f"use one of {', '.join(map(str, BACKENDS))}")
-        be = BACKENDS.get(target)
-        be.ensure_available(f"--to {target}")
+    if len(targets) > 1:
+        out_suffix = ""
+    elif targets != ["onnx"] or fmt != "onnx":
+        be = get_backend(targets[0])
         out_suffix = be.suffixes[0] if be.suffixes else ".onnx"
-    return fmt, target, suffixes, out_suffix
+    return fmt, ",".join(targets), suffixes, out_suffix
 
 
 def _check_report_location(source: ZooSource, page: Path | None) -> None:
@@ -182,6 +185,7 @@ def _remove_staging_leftovers(out_dir: Path) -> None:
 # ------------------------------------------------------------------------------- jobs, rows ---
 def _job(entry: ZooEntry, out_dir: Path, out_suffix: str | None, fmt: str, target: str,
          opts: UpgradeOptions) -> Job:
+    # "" (several targets): a folder per model, e.g. cnn/resnet/ holding resnet.onnx, resnet.engine
     rel = entry.rel if out_suffix is None else entry.rel.with_suffix(out_suffix)
     return Job(id=entry.id, source=str(entry.path), output=str(out_dir / rel), opset=opts.opset,
                source_format=fmt, target=target, seed=opts.seed)

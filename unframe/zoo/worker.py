@@ -4,10 +4,10 @@
 (the target can't take the model: an impossible downgrade, an unsupported op) or failed (corrupt
 input, parity failure, a tool error), and a one-line ``reason``.
 
-For ONNX in and ONNX out the steps are: load (external data stays lazy), pick parity inputs
-(``inputs.npz`` beside the model, else seeded generated ones), convert the opset with the version
-converter, compare the upgraded graph against the original with onnxruntime, stamp provenance and
-write the output atomically. A model whose numbers differ is not written.
+Every job runs the same pipeline as ``unframe convert`` (``unframe.api.convert``): parity inputs
+are ``inputs.npz`` beside the model, else seeded generated ones; each stage is checked against the
+one before, provenance is the same record, and the output is written atomically. A model whose
+numbers differ is not written.
 
 ``python -m unframe.zoo.worker`` runs one job from JSON on stdin and prints the result as the
 last stdout line (used where a pool can't fork, e.g. inside Dask workers).
@@ -30,7 +30,6 @@ from unframe.validate.runner import Runner
 
 OK, REFUSED, FAILED = "ok", "refused", "failed"
 RESULT_MARKER = "UNFRAME-ZOO-RESULT "
-PARITY_STAGE = "original vs upgraded (onnxruntime)"
 
 
 @dataclass(frozen=True)
@@ -62,10 +61,7 @@ def run_job(job: Job) -> dict[str, Any]:
                               "status": FAILED, "reason": "", "parity": None, "framework_parity": None,
                               "inputs": None}
     try:
-        if job.source_format == "onnx" and job.target == "onnx":
-            _upgrade_onnx(job, result)
-        else:
-            _convert_other(job, result)
+        _convert(job, result)
     except UnsupportedError as exc:
         result.update(status=REFUSED, reason=str(exc), blockers=[b.to_dict() for b in exc.blockers])
     except UnframeError as exc:
@@ -82,51 +78,63 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0][:300] if text else type(exc).__name__
 
 
-# ---------------------------------------------------------------------------- ONNX -> ONNX ----
-def _upgrade_onnx(job: Job, result: dict[str, Any]) -> None:
-    from unframe import io
-    from unframe import opset as facts
+def _convert(job: Job, result: dict[str, Any]) -> None:
+    """One model through the same pipeline as ``unframe convert``: load, export, opset, backend,
+    each stage checked against the one before, one provenance format. Workers run side by side,
+    so onnxruntime gets one thread each."""
+    import unframe.api as api
     from unframe.errors import ParityError
-    from unframe.validate.compare import compare
-    from unframe.version_converter import convert_opset
+    from unframe.validate import onnxruntime as ort_runners
 
+    ort_runners.set_default_threads(1)
     path = Path(job.source)
-    model = io.load_model(path)
-    result["source_opset"] = facts.model_opset(model)
-    feeds, origin = parity_feeds(path, model, job.seed)
+    onnx_in = job.source_format == "onnx"
+    if onnx_in:
+        from unframe import io
+        from unframe.opset import main_opset
+
+        model = io.load_model(path)  # lazy: external data is not read
+        result["source_opset"] = main_opset(model)
+        samples, origin = parity_feeds(path, model, job.seed)
+    else:
+        samples, origin = _saved_inputs(path)
     result["inputs"] = origin
-    reference = single_thread_runner(path)
-    conversion = convert_opset(model, job.opset)
-    result["nodes_changed"] = conversion.nodes_changed
-    candidate = single_thread_runner(model)
-    parity = compare(reference, candidate, feeds, stage=PARITY_STAGE)
-    result["parity"] = parity_figures(parity)
-    if not parity:
-        raise ParityError(f"{path.name}: upgraded model differs from the original: {parity.reason}",
-                          "the output was not written; report the model with --debug")
-    if origin == "saved":
-        result["framework_parity"] = _framework_parity(path, candidate, feeds[0])
-    _stamp(model, path, result, parity.summary())
     out = Path(job.output)
     out.parent.mkdir(parents=True, exist_ok=True)
-    io.save_model(model, out, force=True)
+    targets = [t for t in job.target.split(",") if t]
+    # --opset is for ONNX output; a backend target brings the model to its own opset.
+    opset = job.opset if "onnx" in targets else None
+    try:
+        res = api.convert(path, from_=job.source_format, to=job.target, output=out, opset=opset,
+                          sample_inputs=samples, force=True)
+    except ParityError as exc:
+        if exc.report is not None:
+            result["parity"] = _report_figures(exc.report)
+        raise
+    results = list(res.results.values()) if hasattr(res, "results") else [res]
+    first = results[0]
+    opset_path = first.flow.opset_path if first.flow is not None else []
+    if result["source_opset"] is None and opset_path:
+        result["source_opset"] = opset_path[0]
+    conversion = first.opset_conversion
+    result["nodes_changed"] = getattr(conversion, "nodes_changed", 0)
+    result["parity"] = _report_figures(first.report)
+    if origin == "saved" and onnx_in and first.flow is not None and first.flow.reference is not None:
+        result["framework_parity"] = _framework_parity(path, first.flow.reference, samples[0])
     result["status"] = OK
 
 
-def _stamp(model: Any, source: Path, result: dict[str, Any], parity: str) -> None:
-    from unframe import io
-
-    io.stamp_onnx(model, {
-        "source_sha256": io.sha256_of(source),
-        "route": f"onnx opset {result['source_opset']} -> {result['target_opset']} (unframe zoo upgrade)",
-        "parity": parity,
-    })
+def _saved_inputs(path: Path) -> tuple[Any, str]:
+    saved = sample_file(path, "inputs")
+    return (str(saved), "saved") if saved else (None, "generated")
 
 
 def parity_feeds(path: Path, model: Any, seed: int) -> tuple[list[dict[str, np.ndarray]], str]:
     """Saved inputs beside the model when they name every graph input, else generated ones."""
+    from unframe import io
     from unframe.validate.inputs import generate_feeds, graph_inputs, load_npz
 
+    model = model if model is not None else io.load_model(path)
     saved = sample_file(path, "inputs")
     if saved is not None:
         feeds = load_npz(str(saved))
@@ -147,7 +155,7 @@ def sample_file(path: Path, kind: str) -> Path | None:
 def parity_figures(parity: Any) -> dict[str, Any]:
     return {"stage": parity.stage, "status": parity.status, "cases": parity.cases,
             "max_abs": _finite(parity.max_abs), "max_rel": _finite(parity.max_rel),
-            "outputs": len(parity.outputs), "reason": parity.reason}
+            "scale": _finite(parity.scale), "outputs": len(parity.outputs), "reason": parity.reason}
 
 
 def _finite(x: float) -> float | str:
@@ -155,7 +163,7 @@ def _finite(x: float) -> float | str:
 
 
 def _framework_parity(path: Path, candidate: Any, feed: dict[str, np.ndarray]) -> dict[str, Any] | None:
-    """How the upgraded graph compares with the source framework's saved outputs. Informational:
+    """How the converted graph compares with the source framework's saved outputs. Informational:
     the exporter's own error is in it, so it never fails the model."""
     from unframe.validate.compare import compare
 
@@ -165,54 +173,6 @@ def _framework_parity(path: Path, candidate: Any, feed: dict[str, np.ndarray]) -
     with np.load(saved, allow_pickle=False) as data:
         outputs = {k: data[k] for k in data.files}
     return parity_figures(compare(SavedOutputs(outputs), candidate, feed, stage="source framework vs upgraded"))
-
-
-def single_thread_runner(model: Any) -> Any:
-    """onnxruntime with one intra-op thread (workers run side by side on the cores), falling back
-    to onnx's reference evaluator when onnxruntime can't load the model."""
-    from unframe.validate.onnxruntime import ReferenceRunner
-
-    try:
-        return _single_thread_ort_class()(model)
-    except Exception as exc:  # onnxruntime refuses: an opset or op it doesn't know
-        runner = ReferenceRunner(model, why=_first_line(exc))
-        runner.name += " (onnxruntime could not load the model)"
-        return runner
-
-
-def _make_single_thread_ort() -> type:
-    import onnxruntime as ort
-
-    from unframe.validate.onnxruntime import OnnxRuntimeRunner, _ModelFile, _version
-
-    class SingleThreadOrt(OnnxRuntimeRunner):
-        def __init__(self, model: Any) -> None:  # noqa: D107 - same as the parent, one thread
-            self.name = f"onnxruntime {_version('onnxruntime')}"
-            src = _ModelFile(model)
-            opts = ort.SessionOptions()
-            opts.log_severity_level = 3
-            opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
-            opts.intra_op_num_threads = 1
-            opts.inter_op_num_threads = 1
-            opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
-            try:
-                self.session = ort.InferenceSession(src.path or src.data, opts, providers=["CPUExecutionProvider"])
-            finally:
-                src.cleanup()
-            self._inputs = self.session.get_inputs()
-            self._outputs = [o.name for o in self.session.get_outputs()]
-
-    return SingleThreadOrt
-
-
-_ORT_CLASS: list[type] = []
-
-
-def _single_thread_ort_class() -> type:
-    """Built on first use: onnxruntime is imported only in the workers that need it."""
-    if not _ORT_CLASS:
-        _ORT_CLASS.append(_make_single_thread_ort())
-    return _ORT_CLASS[0]
 
 
 class SavedOutputs(Runner):
@@ -227,39 +187,12 @@ class SavedOutputs(Runner):
         return dict(self.outputs)
 
 
-# ----------------------------------------------------------------- other formats (--from/--to) --
-def _convert_other(job: Job, result: dict[str, Any]) -> None:
-    """Any source format to any target through the pipeline (frontend, version converter,
-    backend), each stage checked against the one before."""
-    import unframe.api as api
-    from unframe.errors import ParityError
-
-    path = Path(job.source)
-    saved = sample_file(path, "inputs")
-    out = Path(job.output)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        # A backend target brings the model to its own canonical opset; --opset is for ONNX output.
-        opset = job.opset if job.target == "onnx" else None
-        res = api.convert(path, from_=job.source_format, to=job.target, output=out, opset=opset,
-                          sample_inputs=str(saved) if saved else None, force=True)
-    except ParityError as exc:
-        if exc.report is not None:
-            result["parity"] = _report_figures(exc.report)
-        raise
-    result["inputs"] = "saved" if saved else "generated"
-    route = res.route.to_dict() if hasattr(res.route, "to_dict") else {}
-    conv = res.opset_conversion
-    result["source_opset"] = getattr(conv, "source_opset", None) or route.get("export_opset")
-    result["parity"] = _report_figures(res.report)
-    result["status"] = OK
-
-
 def _report_figures(report: Any) -> dict[str, Any]:
     stages = [s for s in report.stages if s.status != "skipped"]
     worst = max(stages, key=lambda s: s.max_abs, default=None)
     figures = parity_figures(worst) if worst else {"stage": "", "status": "skipped", "cases": 0,
-                                                   "max_abs": 0.0, "max_rel": 0.0, "outputs": 0, "reason": ""}
+                                                   "max_abs": 0.0, "max_rel": 0.0, "scale": 0.0,
+                                                   "outputs": 0, "reason": ""}
     figures["stages"] = [s.summary() for s in report.stages]
     if report.first_failure is not None:
         figures.update(status="failed", reason=report.first_failure.reason)
