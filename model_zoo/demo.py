@@ -64,27 +64,21 @@ MODELS: list[tuple[str, str, Callable[[], tuple[Any, Any]]]] = [
 
 
 def _other_backends(out_dir: Path, frameworks: tuple[str, ...]) -> None:
-    """The torch model again, to a Core ML package (checked with the MIL evaluator) and a TensorRT
-    engine (parsed and built on the CPU; running it needs a GPU, and the report says so)."""
+    """The torch model again, to ONNX, a Core ML package (checked with the MIL evaluator) and a
+    TensorRT engine (parsed and built on the CPU; running it needs a GPU, and the report says so)
+    in one call: the export is shared, each target gets its own opset, one report lists all."""
     import unframe
+    from unframe.route import parse_targets
 
     if (frameworks and "torch" not in frameworks) or importlib.util.find_spec("torch") is None:
         return
-    from unframe.errors import MissingExtraError
-
-    for to, suffix in (("coreml", "mlpackage"), ("tensorrt", "engine")):
-        model, sample = _torch_model()
-        path = out_dir / to / f"model.{suffix}"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            result = unframe.convert(model, to=to, sample_inputs=sample, output=path)
-        except MissingExtraError as exc:
-            print(f"-- torch -> {to}: skipped ({exc})")
-            continue
-        print(f"-- torch: {type(model).__name__} -> {path}")
-        print(result.route.describe())
-        for stage in result.report.stages:
-            print(f"   {stage.summary()}")
+    targets = parse_targets("all")  # every backend installed here
+    model, sample = _torch_model()
+    folder = out_dir / "all_targets"
+    result = unframe.convert(model, to=targets, sample_inputs=sample, output=folder)
+    print(f"-- torch: {type(model).__name__} -> {', '.join(targets)} in one call ({folder})")
+    print(result.route.describe())
+    print(result)
 
 
 def run_demo(out_dir: Path = Path("demo_out"), *, frameworks: tuple[str, ...] = ()) -> int:
