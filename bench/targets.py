@@ -71,11 +71,12 @@ def main() -> None:
         root = Path(tmp)
         for name in args.models.split(","):
             src = SOURCES[name](root)
+
             def together(src: Path = src, counter: Any = iter(range(10**6))) -> None:
-                unframe.convert(src, to=targets, output=root / f"all{next(counter)}")
+                unframe.convert(src, to=targets, output=root / f"{src.suffix[1:]}-all{next(counter)}")
 
             def apart(src: Path = src, counter: Any = iter(range(10**6))) -> None:
-                out = root / f"one{next(counter)}"
+                out = root / f"{src.suffix[1:]}-one{next(counter)}"
                 out.mkdir()
                 for t in targets:
                     unframe.convert(src, to=t, output=out / f"m{get_backend(t).suffixes[0]}")

@@ -274,9 +274,12 @@ class OpsetStage(Stage):
 
     def __init__(self, start: int | None, target: int, ml_target: int | None = None,
                  exporting: bool = False) -> None:
-        detail = f"opset {start or '?'} -> {target}"
-        if exporting:
-            detail += " (if the exporter can't produce it directly)"
+        if exporting and start == target:
+            detail = f"ensure opset {target} (converts only if the export came out at another)"
+        else:
+            detail = f"opset {start or '?'} -> {target}"
+            if exporting:
+                detail += " (if the exporter can't produce it directly)"
         if ml_target is not None:
             detail += f", ai.onnx.ml -> {ml_target}"
         super().__init__("unframe version converter", detail, {"unframe": dist_version("unframe") or "?"})

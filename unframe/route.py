@@ -259,8 +259,8 @@ def plan(request: Request) -> Route:
     backends = [get_backend(t) for t in request.targets]
     check_options(request.settings.options, fe, backends)
     single = len(backends) == 1
-    if request.opset is not None and not any(be.name == "onnx" for be in backends):
-        for be in backends:
+    if request.opset is not None and all(be.canonical_opset is not None for be in backends):
+        for be in backends:  # no target takes --opset: each says which opset it works at
             be.check_opset_request(request.opset)
     targets = [_target(be, request) for be in backends]
     opsets = [be.pick_opset(t, request.opset) for be, t in zip(backends, targets, strict=True)]

@@ -296,16 +296,18 @@ def opset(model: str, to_opset: int, ml_opset: int | None, output: str, no_valid
 @click.option("--opset", type=int)
 @click.option("--target", "deploy_target", metavar="iOS16|iOS17|...", help="coreml: minimum deployment target.")
 @click.option("--precision", type=click.Choice(["fp32", "fp16", "bf16"]))
+@click.option("--custom-objects", type=click.Path(), help="tf: a .py module defining custom Keras classes (needs --trust).")
 @click.option("--trust", is_flag=True)
 @json_option
 @debug_option
 @handle_errors
 def check(model: str, from_: str | None, to: str, opset: int | None, deploy_target: str | None,
-          precision: str | None, trust: bool, as_json: bool, debug: bool) -> None:
+          precision: str | None, custom_objects: str | None, trust: bool, as_json: bool, debug: bool) -> None:
     """Pre-flight: every reason each target can't take MODEL, listed at once, without converting."""
     from unframe import api
 
-    opts = {k: v for k, v in {"target": deploy_target, "precision": precision}.items() if v}
+    opts = {k: v for k, v in {"target": deploy_target, "precision": precision,
+                              "custom_objects": custom_objects}.items() if v}
     result = api.check(model, from_=from_, to=to, opset=opset, trust=trust, **opts)
     if as_json:
         click.echo(json.dumps(result.to_dict(), indent=2))

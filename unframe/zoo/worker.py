@@ -88,7 +88,9 @@ def _convert(job: Job, result: dict[str, Any]) -> None:
 
     ort_runners.set_default_threads(1)
     path = Path(job.source)
-    onnx_in = job.source_format == "onnx"
+    from unframe.route import get_frontend
+
+    onnx_in = not get_frontend(job.source_format).exports  # ONNX files: inputs come from the graph
     if onnx_in:
         from unframe import io
         from unframe.opset import main_opset
