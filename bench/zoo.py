@@ -53,11 +53,14 @@ def synthetic_zoo(root: Path, count: int = 16) -> Path:
                 nodes.append(helper.make_node("MaxPool", [prev], [f"p{layer}"], kernel_shape=[2, 2], strides=[2, 2]))
                 prev = f"p{layer}"
         inits.append(numpy_helper.from_array(rng.standard_normal((ch, 10)).astype(np.float32) * 0.1, "fc"))
+        # Gemm's bias C is optional only from opset 11: the opset-9/10 models must carry one
+        inits.append(numpy_helper.from_array(rng.standard_normal(10).astype(np.float32) * 0.1, "fc_bias"))
         nodes += [helper.make_node("GlobalAveragePool", [prev], ["g"]), helper.make_node("Flatten", ["g"], ["f"]),
-                  helper.make_node("Gemm", ["f", "fc"], ["y"])]
+                  helper.make_node("Gemm", ["f", "fc", "fc_bias"], ["y"])]
         graph = helper.make_graph(nodes, f"cnn{i}", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 64, 64])],
                                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 10])], inits)
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+        onnx.checker.check_model(model, full_check=True)  # a bench input must be a valid model
         model.ir_version = 6
         (root / f"group{i % 3}").mkdir(parents=True, exist_ok=True)
         onnx.save(model, root / f"group{i % 3}" / f"cnn{i:02d}_op{opset}.onnx")
