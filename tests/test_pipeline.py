@@ -149,6 +149,23 @@ def test_multi_target_bad_input(tmp_path: Path, mlp_path: Path) -> None:
     assert snapshot(tmp_path) == before
 
 
+def test_explain_lists_the_shared_prefix_and_each_branch(mlp_path: Path, tmp_path: Path) -> None:
+    before = snapshot(tmp_path)
+    res = CliRunner().invoke(cli, ["convert", str(mlp_path), "--to", "onnx,tensorrt", "--opset", "17",
+                                   "-o", str(tmp_path / "out"), "--explain", "--json"])
+    assert res.exit_code == 0, res.output
+    route = json.loads(res.stdout)
+    assert route["targets"] == ["onnx", "tensorrt"]
+    assert route["branches"]["onnx"]["opset_path"] == [13, 17]
+    assert route["branches"]["tensorrt"]["opset_path"] == [13, 21]
+    assert [s["name"] for s in route["branches"]["onnx"]["stages"]] == ["opset", "parity", "backend", "stamp",
+                                                                       "write"]
+    assert snapshot(tmp_path) == before, "explaining writes nothing, not even the output folder"
+    zoo = CliRunner().invoke(cli, ["zoo", "upgrade", str(tmp_path), "--opset", "17", "-o", str(tmp_path / "z"),
+                                   "--to", "onnx,corml"])
+    assert zoo.exit_code == 2 and "unknown target 'corml'" in zoo.stderr
+
+
 # --------------------------------------------------------------------------- options ----------
 def test_an_option_no_stage_reads_is_a_usage_error(mlp_path: Path, tmp_path: Path) -> None:
     with pytest.raises(UsageError) as typo:

@@ -136,8 +136,9 @@ class PartialFailure(UnframeError):
     def __init__(self, result: MultiResult) -> None:
         name, first = next(iter(result.errors.items()))
         done = ", ".join(result.results) or "none"
+        hint = "; ".join(h for h in (first.hint, f"written: {done}") if h)
         super().__init__(f"{len(result.errors)} of {len(result.route.branches)} targets failed; "
-                         f"{name}: {first.message}", first.hint + (f"; written: {done}" if done else ""))
+                         f"{name}: {first.message}", hint)
         self.exit_code = first.exit_code
         self.kind = first.kind
         self.result = result

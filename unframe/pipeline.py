@@ -153,17 +153,19 @@ class Flow:
         return self._feeds
 
     def pin_runners(self) -> None:
-        """Build deferred runners now: the next stage changes the model in place."""
+        """Build deferred runners and draw the feeds now: the next stage changes the model in
+        place, and both must see the graph as it was."""
+        if not self.validate:
+            return
         for r in (self.reference, self.candidate):
             if isinstance(r, Deferred):
                 r.pin()
+        _ = self.feeds
 
     def fork(self, clone: bool) -> Flow:
         """A copy for one target's branch: its own model (a clone when other branches follow),
         report, artifact and written files; the prefix's reference runner and feeds are shared."""
-        if self.validate:
-            self.pin_runners()
-            _ = self.feeds
+        self.pin_runners()
         model = self.model.clone() if clone and self.model is not None else self.model
         return Flow(self.settings, self.source, self.frontend, native=self.native, export=self.export,
                     model=model, opset_path=list(self.opset_path),
