@@ -198,10 +198,10 @@ def _source_text(source: Any) -> str:
 # ------------------------------------------------------------------------ stages -------------
 class Stage:
     """One step of a route. ``run(flow)`` does the work; a stage that changes what is computed
-    sets ``flow.candidate`` for the parity stage after it."""
+    sets ``flow.candidate`` for the parity stage after it. A stage that changes ``flow.model`` in
+    place calls ``flow.pin_runners()`` first, when a comparison will follow."""
 
-    kind = ""  # load | export | opset | backend | parity | write
-    mutates = False  # changes flow.model in place: deferred runners are pinned first
+    kind = ""  # load | export | opset | backend | parity | stamp | write
 
     def __init__(self, tool: str, detail: str = "", versions: dict[str, str] | None = None) -> None:
         self.tool = tool
@@ -272,7 +272,6 @@ class ExportStage(Stage):
 
 class OpsetStage(Stage):
     kind = "opset"
-    mutates = True
 
     def __init__(self, start: int | None, target: int, ml_target: int | None = None,
                  exporting: bool = False) -> None:
@@ -308,7 +307,6 @@ class OpsetStage(Stage):
 
 class BackendStage(Stage):
     kind = "backend"
-    mutates = True
 
     def __init__(self, backend: Backend, target: Target, output: Path | None) -> None:
         suffixes = ", ".join(backend.suffixes)
@@ -328,7 +326,8 @@ class BackendStage(Stage):
             raise UnsupportedError(f"the {be.name} backend can't take this model: {len(blockers)} "
                                    "blocker(s)", "see the list; `unframe check` shows them without "
                                    "converting", blockers=blockers)
-        flow.pin_runners()
+        if not be.artifact_is_graph:  # nothing is compared after an ONNX artifact
+            flow.pin_runners()
         near = self.output.parent if self.output is not None else None
         flow.artifact = be.convert(flow.model, tgt, flow.work_dir(near))
         if not flow.validate or be.artifact_is_graph:
