@@ -182,18 +182,20 @@ def convert(source: Any, *, from_: str | None = None, to: str | list[str] = "onn
             sample_inputs: Any = None, inputs: Any = None, target: Any = None, validate: bool = True,
             atol: Any = None, rtol: Any = None, trust: bool = False, force: bool = False,
             static: bool = False, dynamic: list[tuple[str, int, str | None]] | None = None,
-            explain: bool = False, ml_opset: int | None = None, observer: pl.Observer | None = None,
-            **options: Any) -> Any:
+            explain: bool = False, ml_opset: int | None = None, strict_parity: bool = False,
+            observer: pl.Observer | None = None, **options: Any) -> Any:
     """Convert ``source`` (a file path or a framework object) to ``to``: "onnx", "coreml",
     "tensorrt", a comma list or list of them, or "all" (every backend usable here).
 
     One target returns a ``ConversionResult`` and raises on failure. Several return a
     ``MultiResult``; if any fails, ``PartialFailure`` is raised after the others were written
-    (it carries the ``MultiResult``). Without ``output``, a file source is written beside itself
-    with each target's suffix; an object source is kept in memory (``result.save(path)``).
+    (it carries the ``MultiResult``). Without ``output`` nothing is written: the products stay in
+    memory (``result.save(path)``); the CLI without ``-o`` writes beside the source.
     Stage options (``exporter``, ``signature``, ``precision``, ``shapes``...) are keyword
-    arguments; one no stage of the route reads is a ``UsageError``."""
-    settings = pl.Settings(validate=validate, trust=trust, force=force, atol=atol, rtol=rtol,
+    arguments; one no stage of the route reads is a ``UsageError``. A parity stage whose reference
+    is degenerate (near zero, constant, non-finite) even on other drawn inputs is *weak*;
+    ``strict_parity=True`` makes that a failure."""
+    settings = pl.Settings(validate=validate, strict=strict_parity, trust=trust, force=force, atol=atol, rtol=rtol,
                            spec=InputSpec(tensors=_parse_inputs(inputs), samples=_samples(sample_inputs),
                                           static=static, dynamic=list(dynamic or [])),
                            options=dict(options))
@@ -263,7 +265,7 @@ def _check_before_work(route: Route, request: Request) -> None:
     extra, before anything is loaded."""
     route.load.frontend.ensure_available()
     protect = (request.source,) if isinstance(request.source, Path) else ()
-    multi_dir = request.output if len(route.branches) > 1 else None
+    multi_dir = route.branches[0].output.parent if len(route.branches) > 1 and route.branches[0].output else None
     if multi_dir is not None and not multi_dir.exists():
         if not multi_dir.parent.is_dir():
             raise UsageError(f"output folder {multi_dir.parent} does not exist", "create it first")
@@ -311,12 +313,14 @@ def _check_branch(route: Route, branch: Branch, flow: pl.Flow) -> CheckResult:
 
 def convert_opset(model: Any, opset: int, *, output: str | os.PathLike[str] | None = None,
                   validate: bool = True, force: bool = False, sample_inputs: Any = None,
-                  atol: Any = None, rtol: Any = None, ml_opset: int | None = None) -> ConversionResult:
+                  atol: Any = None, rtol: Any = None, ml_opset: int | None = None,
+                  strict_parity: bool = False) -> ConversionResult:
     """Move an ONNX model (path, ModelProto or onnx_ir.Model) to another opset, checked with
     onnxruntime against the original. ``ml_opset`` moves the ``ai.onnx.ml`` domain too. With
     ``validate=False`` no parity inputs are drawn (models with sequence inputs convert)."""
     return convert(model, from_="onnx", to="onnx", opset=opset, output=output, validate=validate,
-                   force=force, sample_inputs=sample_inputs, atol=atol, rtol=rtol, ml_opset=ml_opset)
+                   force=force, sample_inputs=sample_inputs, atol=atol, rtol=rtol, ml_opset=ml_opset,
+                   strict_parity=strict_parity)
 
 
 def load(path: str | os.PathLike[str], *, from_: str | None = None, trust: bool = False, **options: Any) -> Any:

@@ -358,23 +358,32 @@ def check_options(options: dict[str, Any], fe: Frontend, backends: list[Backend]
         raise UsageError(f"unknown option {name!r}", hint)
 
 
+BESIDE_SOURCE = Path("<beside the source>")  # the CLI's default output (Python keeps results in memory)
+
+
 def resolve_outputs(request: Request, backends: list[Backend], fe: Frontend) -> list[Path | None]:
     """Where each target is written: ``-o`` as given for one target, ``-o DIR`` for several,
-    and beside the source with each target's suffix when no ``-o`` was given."""
+    beside the source with each target's suffix for ``BESIDE_SOURCE`` (the CLI without ``-o``),
+    nowhere for None (a Python call without ``output``: the results stay in memory)."""
     out, src = request.output, request.source
-    if not request.write:
+    if not request.write or out is None:
         return [None] * len(backends)
+    if out == BESIDE_SOURCE:
+        out = None
     if len(backends) == 1:
         be = backends[0]
         if out is None:
-            return [default_output(src, be, request.opset)]
+            beside = default_output(src, be, request.opset)
+            if beside is None:
+                raise UsageError(f"no output path for {pl.source_text(src)}", "pass -o PATH")
+            return [beside]
         check_suffix(out, be)
         return [out]
     if out is not None and out.exists() and not out.is_dir():
         raise UsageError(f"-o {out} is a file, but {len(backends)} targets were asked",
                          "pass a folder: -o OUTDIR/ (each target is written there with its suffix)")
     if out is None and not isinstance(src, Path):
-        return [None] * len(backends)
+        raise UsageError(f"no output path for {pl.source_text(src)}", "pass -o DIR")
     folder = out if out is not None else src.parent
     stem = src.stem if isinstance(src, Path) else "model"
     return [folder / f"{stem}{be.suffixes[0]}" for be in backends]

@@ -161,6 +161,7 @@ def _console() -> Any:
 @click.option("--ml-opset", type=int, help="ai.onnx.ml opset of the output (default: the source's).")
 @click.option("--explain", is_flag=True, help="Print the planned route and exit without converting.")
 @click.option("--no-validate", is_flag=True, help="Skip the parity checks (not recommended).")
+@click.option("--strict-parity", is_flag=True, help="Fail a parity stage whose reference is degenerate (near zero, constant, non-finite).")
 @click.option("--atol", multiple=True, metavar="X|NAME=X", help="Absolute tolerance, for all outputs or one.")
 @click.option("--rtol", multiple=True, metavar="X|NAME=X", help="Relative tolerance, for all outputs or one.")
 @click.option("--trust", is_flag=True, help="Allow loading that runs code from the model file (pickle, Lambda).")
@@ -197,7 +198,7 @@ def _console() -> Any:
 @handle_errors
 def convert(src: str, from_: str | None, to: str, output: str | None, opset: int | None,
             ml_opset: int | None, explain: bool,
-            no_validate: bool, atol: tuple[str, ...], rtol: tuple[str, ...], trust: bool, force: bool,
+            no_validate: bool, strict_parity: bool, atol: tuple[str, ...], rtol: tuple[str, ...], trust: bool, force: bool,
             sample_inputs: str | None, inputs: str | None, static: bool, dynamic: tuple[str, ...],
             as_json: bool, debug: bool, **stage_options: Any) -> None:
     """Convert SRC (a model file, SavedModel folder, or module:factory with --trust) to --to."""
@@ -205,12 +206,15 @@ def convert(src: str, from_: str | None, to: str, output: str | None, opset: int
     from unframe.cli import options as opt
     from unframe.cli.progress import observer_for
 
+    from unframe.route import BESIDE_SOURCE
+
     stage = opt.stage_options(stage_options)
     observer = observer_for(as_json)
     try:
         result = api.convert(
-            src, from_=from_, to=to, output=output, opset=opset, ml_opset=ml_opset, explain=explain,
-            validate=not no_validate, atol=opt.tolerance(atol, "--atol"), rtol=opt.tolerance(rtol, "--rtol"),
+            src, from_=from_, to=to, output=output if output is not None else BESIDE_SOURCE, opset=opset,
+            ml_opset=ml_opset, explain=explain,
+            validate=not no_validate, strict_parity=strict_parity, atol=opt.tolerance(atol, "--atol"), rtol=opt.tolerance(rtol, "--rtol"),
             trust=trust, force=force, sample_inputs=sample_inputs, inputs=inputs, static=static,
             dynamic=[opt.dynamic_axis(d) for d in dynamic], observer=observer, **stage)
     except api.PartialFailure as failure:  # the others were written: show them, then the error
@@ -266,6 +270,7 @@ def escape(text: str) -> str:
 @click.option("--ml-opset", type=int, help="Target ai.onnx.ml opset (default: the source's).")
 @click.option("-o", "--output", type=click.Path(), required=True, help="Output .onnx path.")
 @click.option("--no-validate", is_flag=True, help="Skip the onnxruntime parity check.")
+@click.option("--strict-parity", is_flag=True, help="Fail when the original's outputs are degenerate (near zero, constant, non-finite).")
 @click.option("--force", is_flag=True, help="Replace an existing output.")
 @click.option("--sample-inputs", type=click.Path(), help="An .npz of sample inputs by input name.")
 @click.option("--atol", multiple=True, metavar="X|NAME=X")
@@ -273,7 +278,8 @@ def escape(text: str) -> str:
 @json_option
 @debug_option
 @handle_errors
-def opset(model: str, to_opset: int, ml_opset: int | None, output: str, no_validate: bool, force: bool,
+def opset(model: str, to_opset: int, ml_opset: int | None, output: str, no_validate: bool,
+          strict_parity: bool, force: bool,
           sample_inputs: str | None, atol: tuple[str, ...], rtol: tuple[str, ...], as_json: bool,
           debug: bool) -> None:
     """Move an ONNX MODEL to another opset (up or down), checked against the original."""
@@ -281,7 +287,7 @@ def opset(model: str, to_opset: int, ml_opset: int | None, output: str, no_valid
     from unframe.cli import options as opt
 
     result = api.convert_opset(model, to_opset, output=output, validate=not no_validate, force=force,
-                               ml_opset=ml_opset,
+                               ml_opset=ml_opset, strict_parity=strict_parity,
                                sample_inputs=sample_inputs, atol=opt.tolerance(atol, "--atol"),
                                rtol=opt.tolerance(rtol, "--rtol"))
     _print_result(result, as_json)

@@ -19,6 +19,10 @@ from unframe.validate import tolerances
 from unframe.validate.runner import Runner
 
 PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
+# A float reference whose largest magnitude is below this proves nothing: every candidate within
+# atol of zero passes (random-init networks give 1e-10..1e-13, or exactly 0).
+NEAR_ZERO = {"float16": 1e-3, "bfloat16": 1e-2}
+NEAR_ZERO_DEFAULT = 1e-6
 
 
 @dataclass
@@ -37,12 +41,16 @@ class OutputParity:
     total: int = 0
     passed: bool = True
     reason: str = ""
+    top1: float | None = None  # classifier-like outputs: share of rows whose argmax agrees
+    weak: str = ""  # why this output's reference proves nothing (near zero, constant, non-finite)
 
     def merge(self, other: OutputParity) -> None:
         """Fold another feed's result for the same output into this one (worst case wins)."""
         self.max_abs = max(self.max_abs, other.max_abs)
         self.max_rel = max(self.max_rel, other.max_rel)
         self.scale = max(self.scale, other.scale)
+        if other.top1 is not None:
+            self.top1 = other.top1 if self.top1 is None else min(self.top1, other.top1)
         self.mismatched += other.mismatched
         self.total += other.total
         if not other.passed and self.passed:
@@ -59,9 +67,15 @@ class StageParity:
     outputs: list[OutputParity] = field(default_factory=list)
     cases: int = 0  # how many feeds were compared (e.g. two batch sizes)
     reason: str = ""  # why it failed or was skipped
+    feeds_note: str = ""  # which feeds were used when the first ones gave a degenerate reference
 
     def __bool__(self) -> bool:
         return self.status != FAILED
+
+    @property
+    def weak(self) -> list[str]:
+        """Why a passed stage proves little: one reason per degenerate output."""
+        return [f"output {o.name!r}: {o.weak}" for o in self.outputs if o.weak]
 
     @property
     def max_abs(self) -> float:
@@ -81,19 +95,31 @@ class StageParity:
         reference magnitude): element-wise relative error is meaningless near zero."""
         return max((o.max_abs / o.scale for o in self.outputs if o.scale > 0), default=0.0)
 
+    @property
+    def top1(self) -> float | None:
+        values = [o.top1 for o in self.outputs if o.top1 is not None]
+        return min(values) if values else None
+
     def summary(self) -> str:
         if self.status == SKIPPED:
             return f"{self.stage}: skipped ({self.reason})"
         if self.status == FAILED:
             return f"{self.stage}: FAILED ({self.reason})"
-        return (f"{self.stage}: passed on {self.cases} input set(s), {len(self.outputs)} output(s), "
+        text = (f"{self.stage}: passed on {self.cases} input set(s), {len(self.outputs)} output(s), "
                 f"max abs err {self.max_abs:.3g} ({self.rel_to_scale:.2g} of the output scale "
                 f"{self.scale:.3g})")
+        if self.top1 is not None:
+            text += f", top-1 agrees on {self.top1:.0%}"
+        if self.weak:
+            text += f"; WEAK: {'; '.join(self.weak)}"
+        return text
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["max_abs"], d["max_rel"], d["scale"] = self.max_abs, self.max_rel, self.scale
         d["rel_to_scale"] = self.rel_to_scale
+        d["weak"] = self.weak
+        d["top1"] = self.top1
         return d
 
     @classmethod
@@ -147,6 +173,7 @@ def compare(ref: Runner, out: Runner, feeds: Mapping[str, np.ndarray] | Sequence
     feed_list = [feeds] if isinstance(feeds, Mapping) else list(feeds)
     result = StageParity(stage or f"{ref.name} vs {out.name}", ref.name, out.name)
     merged: dict[str, OutputParity] = {}
+    seen: dict[str, list[np.ndarray]] = {}
     for feed in feed_list:
         ref_out = ref.run(feed)
         got = out.run(feed)
@@ -157,17 +184,53 @@ def compare(ref: Runner, out: Runner, feeds: Mapping[str, np.ndarray] | Sequence
         for name, (a, b) in pairs.items():
             at, rt = _tolerance(name, a, b, atol, rtol, exact, defaults, default_fn)
             op = compare_arrays(name, a, b, at, rt)
+            seen.setdefault(name, []).append(a)
             if name in merged:
                 merged[name].merge(op)
             else:
                 merged[name] = op
         result.cases += 1
     result.outputs = list(merged.values())
+    for o in result.outputs:
+        o.weak = degenerate(seen[o.name])
     bad = [o for o in result.outputs if not o.passed]
     if bad:
         result.status = FAILED
         result.reason = "; ".join(f"output {o.name!r}: {o.reason}" for o in bad)
     return result
+
+
+def degenerate(values: Sequence[np.ndarray]) -> str:
+    """Why a float reference output proves nothing, or "" when it can tell a wrong candidate from
+    a right one: near zero for its dtype, the same for every feed (or one value everywhere), or
+    not finite. Integer, boolean and string outputs (labels) are compared exactly and never weak."""
+    arrays = [np.asarray(v) for v in values]
+    if not arrays or _kind(arrays[0]) != "float" or any(a.size == 0 for a in arrays):
+        return ""
+    wide = [a.astype(np.float64) for a in arrays]
+    if any(not np.all(np.isfinite(a)) for a in wide):
+        bad = sum(int(np.count_nonzero(~np.isfinite(a))) for a in wide)
+        return f"the reference is not finite ({bad} NaN/inf values)"
+    scale = max(float(np.max(np.abs(a))) for a in wide)
+    limit = NEAR_ZERO.get(str(arrays[0].dtype), NEAR_ZERO_DEFAULT)
+    if scale <= limit:
+        return f"the reference is near zero (largest |value| {scale:.2g})"
+    if all(a.size > 1 and float(np.ptp(a)) == 0.0 for a in wide):
+        return f"the reference is one value everywhere ({wide[0].flat[0]:.4g})"
+    if len(wide) > 1 and all(a.shape == wide[0].shape and np.array_equal(a, wide[0]) for a in wide[1:]):
+        return "the reference is the same for every input set"
+    return ""
+
+
+def top1_agreement(ref: np.ndarray, out: np.ndarray, name: str = "") -> float | None:
+    """For classifier-like outputs ([N, classes] scores, or [N, T, vocab] logits), the share of
+    rows whose argmax agrees; None for other outputs."""
+    if _kind(ref) != "float" or ref.shape != out.shape or ref.size == 0:
+        return None
+    if not (ref.ndim == 2 or (ref.ndim == 3 and "logit" in name.lower())) or not 2 <= ref.shape[-1]:
+        return None
+    with np.errstate(invalid="ignore"):
+        return float(np.mean(np.argmax(ref, axis=-1) == np.argmax(out, axis=-1)))
 
 
 def _pair_outputs(ref: Mapping[str, np.ndarray], out: Mapping[str, np.ndarray]
@@ -243,6 +306,7 @@ def compare_arrays(name: str, ref: np.ndarray, out: np.ndarray, atol: float, rto
             res.max_abs = float(res.mismatched > 0)
     else:
         _compare_float(res, ref, out, atol, rtol)
+        res.top1 = top1_agreement(ref, out, name)
     if res.mismatched:
         res.passed = False
         res.reason = (f"{res.mismatched} of {res.total} elements differ "

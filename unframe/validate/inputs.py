@@ -80,3 +80,61 @@ def as_feed_list(samples: Mapping[str, np.ndarray] | Sequence[Mapping[str, np.nd
     if isinstance(samples, Mapping):
         return [{k: np.asarray(v) for k, v in samples.items()}]
     return [{k: np.asarray(v) for k, v in s.items()} for s in samples]
+
+
+# ----------------------------------------------------------------- feeds that exercise a model --
+def alternative_feeds(model: ir.Model, like: Sequence[Mapping[str, np.ndarray]], *, seed: int = 101
+                      ) -> list[tuple[str, list[dict[str, np.ndarray]]]]:
+    """Other parity inputs of the same names, shapes and dtypes, for when the reference stage's
+    outputs on the first ones prove nothing (near zero, constant, non-finite). In order: images in
+    [0, 1]; standardized values on a wider scale; integer inputs as token ids within the
+    vocabulary the model states (the rows of the embedding table they index) and masks as 0/1."""
+    vocab = _vocabularies(model)
+    out = []
+    for label, floats in (("floats uniform in [0, 1]", "unit"), ("floats normal with std 10", "wide")):
+        feeds = []
+        for i, feed in enumerate(like):
+            rng = np.random.default_rng(seed + i)
+            feeds.append({k: _redraw(rng, k, np.asarray(v), floats, vocab.get(k)) for k, v in feed.items()})
+        out.append((label + (", token ids within the vocabulary" if vocab else ""), feeds))
+    return out
+
+
+def _redraw(rng: np.random.Generator, name: str, like: np.ndarray, floats: str, vocab: int | None
+            ) -> np.ndarray:
+    kind = like.dtype.kind
+    if kind == "f" or str(like.dtype) == "bfloat16":
+        values = rng.random(like.shape) if floats == "unit" else rng.standard_normal(like.shape) * 10
+        return values.astype(like.dtype)
+    if kind in "iu":
+        if "mask" in name.lower():
+            return (rng.random(like.shape) < 0.8).astype(like.dtype)
+        return rng.integers(0, vocab or 100, size=like.shape).astype(like.dtype)
+    if kind == "b":
+        return rng.random(like.shape) < 0.8
+    return like
+
+
+def _vocabularies(model: ir.Model) -> dict[str, int]:
+    """Integer graph inputs used (directly or through Cast/Unsqueeze/Reshape) as the indices of a
+    Gather from a constant table: the table's length along the gathered axis is the vocabulary."""
+    inputs = {v.name for v in graph_inputs(model)}
+    found: dict[str, int] = {}
+    for node in model.graph:
+        if node.op_type != "Gather" or len(node.inputs) < 2 or node.inputs[0] is None:
+            continue
+        table = node.inputs[0].const_value
+        if table is None:
+            continue
+        source = _through_reshapes(node.inputs[1])
+        if source is not None and source.name in inputs:
+            axis = node.attributes.get_int("axis", 0)
+            found[source.name] = int(table.shape[axis])
+    return found
+
+
+def _through_reshapes(value: ir.Value | None) -> ir.Value | None:
+    while value is not None and value.producer() is not None and \
+            value.producer().op_type in ("Cast", "Unsqueeze", "Reshape", "Squeeze", "Identity", "Flatten"):
+        value = value.producer().inputs[0]
+    return value
