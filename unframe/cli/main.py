@@ -205,7 +205,6 @@ def convert(src: str, from_: str | None, to: str, output: str | None, opset: int
     from unframe import api
     from unframe.cli import options as opt
     from unframe.cli.progress import observer_for
-
     from unframe.route import BESIDE_SOURCE
 
     stage = opt.stage_options(stage_options)
