@@ -175,14 +175,16 @@ class Flow:
                     timings=dict(self.timings), notes=list(self.notes), _feeds=self._feeds)
 
     def record(self, stage: StageParity) -> None:
+        hint = ("nothing was written; loosen --atol/--rtol only if the difference is expected, or "
+                "report the model")
         if stage and stage.weak and self.settings.strict:
             stage.status, stage.reason = "failed", "weak (--strict-parity): " + "; ".join(stage.weak)
+            hint = ("nothing was written; pass inputs that exercise the model (--sample-inputs), or "
+                    "drop --strict-parity to accept a weak check")
         self.report.add(stage)
         if not stage:
             raise ParityError(f"parity failed at the {stage.stage} stage ({stage.reference} vs "
-                              f"{stage.candidate}): {stage.reason}",
-                              "nothing was written; loosen --atol/--rtol only if the difference is "
-                              "expected, or report the model", report=self.report)
+                              f"{stage.candidate}): {stage.reason}", hint, report=self.report)
 
     def work_dir(self, near: Path | None) -> Path:
         if self.workdir is None:
