@@ -74,11 +74,13 @@ class CoreMLBackend(Backend):
         if blockers:
             raise UnsupportedError(f"the model can't be converted to CoreML ({len(blockers)} blockers)",
                                    "run `unframe check --to coreml` for the list", blockers=blockers)
-        mlmodel, names, plans = _build(model, target)
+        mlmodel, name_map, plans = _build(model, target)
+        names = name_map.mapping
         kind = "mlpackage"
         path = Path(workdir) / "model.mlpackage"
         mlmodel.save(str(path))
         meta = {"unframe.names": json.dumps(names, sort_keys=True),
+                "unframe.values": json.dumps(name_map.values, sort_keys=True),
                 "unframe.target": target.get("target", "iOS16"),
                 "unframe.precision": _precision(target)}
         artifact = Artifact(kind=kind, model=mlmodel, path=path, metadata=meta)
@@ -94,6 +96,14 @@ class CoreMLBackend(Backend):
         if artifact.path is None:
             raise RunnerUnavailable("the CoreML artifact was not written to disk")
         return CoreMLRunner(MILRunner(artifact.path), json.loads(artifact.metadata["unframe.io"]))
+
+    def tap(self, artifact: Artifact, target: Target) -> Any:
+        from unframe.locate.taps import MilTap
+
+        if artifact.path is None:
+            return None
+        return MilTap(artifact.path, json.loads(artifact.metadata["unframe.io"]),
+                      json.loads(artifact.metadata.get("unframe.values", "{}")))
 
     def tolerance(self, dtype: np.dtype, target: Target) -> tuple[float, float] | None:
         if _precision(target) == "fp16" and np.dtype(dtype).kind == "f":
@@ -149,7 +159,7 @@ def _option_blockers(model: ir.Model, target: Target) -> list[Blocker]:
     return out
 
 
-def _build(model: ir.Model, target: Target) -> tuple[Any, dict[str, str], list[Any]]:
+def _build(model: ir.Model, target: Target) -> tuple[Any, Any, list[Any]]:
     import contextlib
     import io
 
@@ -185,7 +195,7 @@ def _build(model: ir.Model, target: Target) -> tuple[Any, dict[str, str], list[A
         raise ConversionError(f"coremltools could not convert the MIL program: {type(exc).__name__}: "
                               f"{str(exc).splitlines()[0] if str(exc) else ''}",
                               "report it with the model; `unframe check --to coreml` lists known limits") from exc
-    return mlmodel, names.mapping, plans
+    return mlmodel, names, plans
 
 
 def _labels(labels: Any) -> list[Any]:
