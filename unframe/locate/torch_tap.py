@@ -39,6 +39,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
+from unframe.converters.frontends._torch.export import EXPORTED_PROGRAM
+
 if TYPE_CHECKING:
     import onnx_ir as ir
 
@@ -88,8 +90,11 @@ class TorchTap:
         self._input_names = [v.name for v in graph.inputs if v.name not in graph.initializers]
         self._output_names = [v.name for v in graph.outputs]
         self._feeds_to_torch = feeds_to_torch or self._default_feeds_to_torch
-        self._program: Any = None
+        # the exporter's own decomposed program when it kept it (no second capture)
+        self._program: Any = model.meta.get(EXPORTED_PROGRAM) if self._reusable(model) else None
         self._renames: dict[str, str] = {}  # FX node name -> graph output name
+        if self._program is not None:
+            self._renames = _output_renames(self._program, self._output_names)
         self._by_name = route == "dynamo" if route else _has_fx_names(graph)
         if not self._by_name:
             self._outputs_only(f"the graph came from the {_EXPORTERS.get(route, route)} exporter, "
@@ -114,6 +119,10 @@ class TorchTap:
         return source_location(node)
 
     # ---------------------------------------------------------------------------- inner --
+    @staticmethod
+    def _reusable(model: ir.Model) -> bool:
+        return EXPORTED_PROGRAM in model.meta
+
     def _default_feeds_to_torch(self, feeds: Mapping[str, np.ndarray]
                                 ) -> tuple[tuple[Any, ...], dict[str, Any]]:
         import torch

@@ -102,7 +102,13 @@ def export_dynamo(model: Any, inputs: ModelInputs | None, outputs: list[str] | N
         kwargs.update(kwargs=call_kwargs, input_names=inputs.names, dynamic_shapes=shapes)
     with quiet(), cached_torchlib():
         program = torch.onnx.export(model, args, **kwargs)
+    # the decomposed program the graph was translated from (its FX names are the ONNX value
+    # names): the divergence locator runs it instead of capturing the model again
+    program.model.meta[EXPORTED_PROGRAM] = program.exported_program
     return program.model
+
+
+EXPORTED_PROGRAM = "unframe.torch.exported_program"  # ir.Model.meta key (never serialized)
 
 
 def _trailing_dict_by_name(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any], shapes: Any
