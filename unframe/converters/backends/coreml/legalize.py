@@ -252,7 +252,7 @@ def _wrap(node: ir.Node, inputs: list[int], outputs: list[int], to: ir.DataType)
         if value is None:
             continue
         cast = ir.node("Cast", [value], {"to": to}, name=f"{node.name or node.op_type}_legal_in{i}")
-        cast.outputs[0].dtype, cast.outputs[0].shape = to, value.shape
+        cast.outputs[0].type, cast.outputs[0].shape = ir.TensorType(to), value.shape
         cast.outputs[0].name = f"{value.name}_as_{to.name.lower()}_{node.name or id(node)}"
         graph.insert_before(node, cast)
         node.replace_input_with(i, cast.outputs[0])
@@ -268,10 +268,11 @@ def _cast_back(node: ir.Node, value: ir.Value, computed: ir.DataType) -> None:
     original, name = value.dtype, value.name
     uses = [(user, index) for user, index in value.uses()]
     value.name = f"{name}_as_{computed.name.lower()}"
-    value.dtype = computed
+    # a new type object: a clone shares its types with the model it was cloned from
+    value.type = ir.TensorType(computed)
     back = ir.node("Cast", [value], {"to": original}, name=f"{node.name or node.op_type}_legal_out")
     restored = back.outputs[0]
-    restored.name, restored.dtype, restored.shape = name, original, value.shape
+    restored.name, restored.type, restored.shape = name, ir.TensorType(original), value.shape
     graph.insert_after(node, back)
     for user, index in uses:
         user.replace_input_with(index, restored)

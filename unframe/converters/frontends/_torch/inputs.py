@@ -223,9 +223,11 @@ def leaf_names(args: tuple[Any, ...], kwargs: dict[str, Any], params: list[str])
         top = _key(path[1])
         if path[0].idx == 0:  # a positional argument: its parameter's name
             top = params[int(top)] if int(top) < len(params) else f"input_{top}"
-        # dict keys name a leaf (image, mask); list positions don't: the argument's name is
-        # numbered instead (images, images_1...), never a bare index such as "0"
-        rest = [_key(k) for k in path[2:] if not hasattr(k, "idx")]
+        rest = [_key(k) for k in path[2:]]
+        if single and rest and all(hasattr(k, "idx") for k in path[2:]):
+            # the one argument is a list (list[Tensor] images): name its leaves after the
+            # parameter, numbered by _unique (images, images_1...), never a bare index like "0"
+            rest = []
         parts = rest if single and rest else [top, *rest]
         names.append(_unique(_clean("_".join(parts)), names))
     return names
@@ -246,8 +248,11 @@ def output_names(outputs: Any, given: Sequence[str] | None = None) -> list[str]:
     names: list[str] = []
     for i, (path, _leaf) in enumerate(tensors):
         keys = [k for k in path if not hasattr(k, "idx")]
-        if keys:  # list positions are numbered by _unique (boxes, boxes_1), not spelled out
-            label = "_".join(_key(k) for k in keys)
+        if keys:
+            # positions before the first key (a list of dicts, one per image) are numbered by
+            # _unique (boxes, boxes_1), not spelled out as 0_boxes
+            first = next(i for i, k in enumerate(path) if not hasattr(k, "idx"))
+            label = "_".join(_key(k) for k in path[first:])
         else:
             label = f"output_{i}"
         names.append(_unique(_clean(label), names))
