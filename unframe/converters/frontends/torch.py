@@ -191,6 +191,11 @@ class TorchFrontend(Frontend):
         return TorchRunner(native, export.extra["inputs"], export.extra["output_names"],
                            self.describe(native))
 
+    def tap(self, native: Any, export: ExportResult) -> Any:
+        from unframe.locate.torch_tap import TorchTap
+
+        return TorchTap(native, export)
+
     def describe(self, native: Any) -> str:
         import torch
 

@@ -105,11 +105,13 @@ class CoreMLBackend(Backend):
                                    "run `unframe check --to coreml` for the list", blockers=blockers)
         translation = _TRANSLATIONS.pop(model)[1]
         mlmodel = _build(translation, target)
-        names, plans = translation.names.mapping, translation.plans
+        name_map, plans = translation.names, translation.plans
+        names = name_map.mapping
         kind = "mlpackage"
         path = Path(workdir) / "model.mlpackage"
         mlmodel.save(str(path))
         meta = {"unframe.names": json.dumps(names, sort_keys=True),
+                "unframe.values": json.dumps(name_map.values, sort_keys=True),
                 "unframe.target": target.get("target", "iOS16"),
                 "unframe.precision": _precision(target)}
         artifact = Artifact(kind=kind, model=mlmodel, path=path, metadata=meta,
@@ -126,6 +128,14 @@ class CoreMLBackend(Backend):
         if artifact.path is None:
             raise RunnerUnavailable("the CoreML artifact was not written to disk")
         return CoreMLRunner(MILRunner(artifact.path), json.loads(artifact.metadata["unframe.io"]))
+
+    def tap(self, artifact: Artifact, target: Target) -> Any:
+        from unframe.locate.taps import MilTap
+
+        if artifact.path is None:
+            return None
+        return MilTap(artifact.path, json.loads(artifact.metadata["unframe.io"]),
+                      json.loads(artifact.metadata.get("unframe.values", "{}")))
 
     def tolerance(self, dtype: np.dtype, target: Target) -> tuple[float, float] | None:
         if _precision(target) == "fp16" and np.dtype(dtype).kind == "f":

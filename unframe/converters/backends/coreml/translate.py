@@ -70,6 +70,8 @@ class NameMap:
     def __init__(self) -> None:
         self.mapping: dict[str, str] = {}
         self._used: set[str] = set()
+        # ONNX value -> the MIL var that computes it, as built (for the divergence locator)
+        self.values: dict[str, str] = {}
 
     def add(self, onnx_name: str) -> str:
         if onnx_name in self.mapping:
@@ -119,9 +121,12 @@ class GraphTranslator:
             raise ConversionError(f"node {node.name!r} [{node.op_type}]: {type(exc).__name__}: {exc}",
                                   "report it with the model, or pick another target") from exc
         outs = list(result) if isinstance(result, (list, tuple)) else [result]
+        made_here = {id(v) for v in inputs if v is not None}
         for value, var in zip(node.outputs, outs, strict=False):
             if value.name and var is not None:
                 env[value.name] = var
+                if id(var) not in made_here and var.op is not None and var.op.op_type != "const":
+                    self.names.values.setdefault(value.name, var.name)
 
     def run_subgraph(self, graph: ir.Graph, outer: dict[str, Var], bound: Sequence[Var]) -> list[Var]:
         """Translate a subgraph (If branch, Loop body) inside the current MIL block: its formal

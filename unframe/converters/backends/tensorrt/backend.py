@@ -222,6 +222,29 @@ class TensorRTBackend(Backend):
 
         return TensorRTRunner(artifact.model)
 
+    def probe(self, model: ir.Model, target: Target) -> Any:
+        """On a GPU: build the engine again with some values marked as outputs and run it, for the
+        locator's bisection (marking stops fusion across a value, so it marks few at a time)."""
+        if isinstance(trtmodule.cuda_device(), str):
+            return None
+
+        def run(names: list[str], feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+            import tempfile
+
+            marked = model.clone()
+            produced = {v.name: v for node in marked.graph for v in node.outputs if v.name}
+            present = {v.name for v in marked.graph.outputs}
+            marked.graph.outputs.extend(produced[n] for n in names if n in produced and n not in present)
+            with tempfile.TemporaryDirectory(prefix="unframe-probe-") as tmp:
+                artifact = self.convert(marked, target, Path(tmp))
+            runner = self.runner(artifact, target)
+            try:
+                return runner.run(feeds)
+            finally:
+                runner.close()
+
+        return run
+
     def tolerance(self, dtype: np.dtype, target: Target) -> tuple[float, float] | None:
         if np.dtype(dtype).kind != "f":
             return None
