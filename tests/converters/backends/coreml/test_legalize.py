@@ -165,6 +165,24 @@ def test_open_slice_ends_saturate_without_a_blocker(tmp_path: Path) -> None:
     assert parity.status == "passed", parity.reason
 
 
+def test_open_slice_ends_built_by_concat_saturate_without_a_blocker() -> None:
+    """TorchScript exports build ends as Concat(Unsqueeze(INT64_MAX), ...): still safe."""
+    model = _model([helper.make_node("Unsqueeze", ["open", "zero"], ["open1"]),
+                    helper.make_node("Concat", ["open1", "open1"], ["ends"], axis=0),
+                    helper.make_node("Slice", ["x", "starts", "ends"], ["y"])],
+                   [_vi("x", T.FLOAT, [4, 6])], [_vi("y", T.FLOAT, [3, 5])],
+                   [numpy_helper.from_array(np.array(2**63 - 1, np.int64), "open"),
+                    numpy_helper.from_array(np.array([0], np.int64), "zero"),
+                    numpy_helper.from_array(np.array([1, 1], np.int64), "starts")])
+    assert legalize(model, ios=16).blockers == []
+    unsafe = _model([helper.make_node("Unsqueeze", ["open", "zero"], ["open1"]),
+                     helper.make_node("Add", ["x", "open1"], ["y"], name="add_open")],
+                    [_vi("x", T.INT64, [1])], [_vi("y", T.INT64, [1])],
+                    [numpy_helper.from_array(np.array(2**63 - 1, np.int64), "open"),
+                     numpy_helper.from_array(np.array([0], np.int64), "zero")])
+    assert [b.node for b in legalize(unsafe, ios=16).blockers] == ["add_open"]
+
+
 # -- float constants under fp16 compute ----------------------------------------------------------
 
 def test_a_float32_min_mask_keeps_fully_masked_rows_finite_in_fp16(tmp_path: Path) -> None:

@@ -33,8 +33,9 @@ every score is -inf softmaxes to NaN where float32 gives a uniform row; such con
 64-bit integers: MIL has none. A 64-bit integer *constant* whose values fit in int32 is narrowed
 as it is (the translators' ``np_const``); one that does not fit is accepted only where saturating
 it to the int32 range keeps its meaning (``Slice`` starts/ends, ``Clip`` bounds, ``Min``/``Max``:
-ONNX uses INT64_MAX for "to the end"). Anywhere else it is a blocker: the pass has no proof the
-value survives. 64-bit graph inputs come in as int32 (a note says so).
+ONNX uses INT64_MAX for "to the end"), directly or through ops that only carry it there
+(``Unsqueeze``, ``Concat``...). Anywhere else it is a blocker: the pass has no proof the value
+survives. 64-bit graph inputs come in as int32 (a note says so).
 """
 
 from __future__ import annotations
@@ -348,16 +349,36 @@ def _wide_constant_blockers(model: ir.Model) -> list[Blocker]:
     for value, array in _constant_values(model):
         if array.size == 0 or (array.min() >= _I32.min and array.max() <= _I32.max):
             continue
-        unsafe = [(user, index) for user, index in value.uses()
-                  if (user.op_type, index) not in _SATURATING and (user.op_type, "*") not in _SATURATING]
-        if not unsafe:
+        unsafe = _unsafe_use(value)
+        if unsafe is None:
             continue
-        user = unsafe[0][0]
+        user = unsafe
         worst = array.max() if array.max() > _I32.max else array.min()
         out.append(Blocker(user.op_type, f"64-bit constant {value.name!r} holds {int(worst)}, beyond "
                            "int32 (CoreML has no 64-bit integers)", user.name,
                            hint="keep integer values within +/-2**31 in the model"))
     return out
+
+
+# Ops that carry a value through unchanged (in position): a saturated constant stays safe through
+# them when their own result is used safely (Slice ends built by Unsqueeze + Concat, for one).
+_CARRIERS = {("Identity", 0), ("Unsqueeze", 0), ("Squeeze", 0), ("Reshape", 0), ("Concat", "*"),
+             ("Cast", 0), ("Expand", 0), ("Tile", 0)}
+
+
+def _unsafe_use(value: ir.Value, depth: int = 0) -> ir.Node | None:
+    """The first consumer of ``value`` where saturating it to int32 could change the result."""
+    for user, index in value.uses():
+        if (user.op_type, index) in _SATURATING or (user.op_type, "*") in _SATURATING:
+            continue
+        carried = (user.op_type, index) in _CARRIERS or (user.op_type, "*") in _CARRIERS
+        if not carried or depth > 8:
+            return user
+        for out in user.outputs:
+            found = _unsafe_use(out, depth + 1)
+            if found is not None:
+                return found
+    return None
 
 
 def _wide_input_notes(model: ir.Model) -> list[str]:
