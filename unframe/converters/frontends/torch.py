@@ -132,7 +132,8 @@ class TorchFrontend(Frontend):
         wanted = opts.opset or self.default_opset()
         failures: list[str] = []
         data_dependent = False
-        for route in ([forced] if forced else _routes(native, notes)):
+        tried = (forced,) if forced else _routes(native, notes)
+        for route in tried:
             bounds = exp.DYNAMO_OPSETS if route == "dynamo" else exp.TORCHSCRIPT_OPSETS
             opset = exp.clamp(wanted, bounds)
             workdir = exp.new_workdir() if route == "torchscript" else None
@@ -151,10 +152,8 @@ class TorchFrontend(Frontend):
                 notes.append(f"the {route} exporter supports opsets {bounds[0]}-{bounds[1]}: "
                              f"exported at {opset}, the version converter takes it to {wanted}")
             return model, route, workdir
-        raise exp.conversion_error("; ".join(failures), data_dependent) if len(failures) == 1 \
-            else ConversionError(" | ".join(failures),
-                                 "simplify the model (static shapes, no data-dependent branches) "
-                                 "or export it to ONNX yourself")
+        raise exp.conversion_error(failures, data_dependent, tried,
+                                   exported_program=_is_exported_program(native))
 
     def _run_exporter(self, route: str, native: Any, inputs: inp.ModelInputs, outputs: list[str],
                       opset: int, workdir: Any) -> ir.Model:
@@ -162,8 +161,12 @@ class TorchFrontend(Frontend):
 
         if route == "dynamo":
             return exp.export_dynamo(native, inputs, outputs, opset)
-        model = native.module() if isinstance(native, torch.export.ExportedProgram) else native
-        return exp.export_torchscript(model, inputs, outputs, opset, Path(workdir.name))
+        if isinstance(native, torch.export.ExportedProgram):
+            if _exported_shapes_static(native):  # the program's guards hold it to its shapes
+                inputs = replace(inputs, dynamic={}, batch=None)
+            return exp.export_torchscript(exp.unlifted(native, inputs), inputs, outputs, opset,
+                                          Path(workdir.name))
+        return exp.export_torchscript(native, inputs, outputs, opset, Path(workdir.name))
 
     def _adopt_graph_names(self, model: ir.Model, inputs: inp.ModelInputs, outputs: list[str],
                            what: str) -> None:

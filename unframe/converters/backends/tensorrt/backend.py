@@ -76,6 +76,11 @@ def check_report(model: ir.Model, ask_parser: bool = True) -> CheckReport:
         return CheckReport(blockers)
     report = CheckReport(blockers, verdict.module,
                          preflight.disagreements(prepared, blockers, verdict))
+    refusal = verdict.model_refusal()
+    if refusal is not None and not blockers:
+        # a parser that refuses is never agreement: its message is the blocker
+        report.blockers.append(Blocker("*", f"{verdict.module} parser refuses the model: {refusal}",
+                                       hint="the support table did not predict this"))
     nodes = list(prepared.graph)
     blocked = {b.node for b in blockers}
     for index, message in sorted(verdict.failed_nodes.items()):

@@ -194,8 +194,20 @@ def finalize(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any], spec: In
         raise InputError(f"{what}: the sample inputs hold no tensor",
                          "pass torch tensors or numpy arrays as sample inputs")
     inputs.names = leaf_names(args, kwargs, param_names(model) or [])
-    _decide_dynamic(inputs, spec)
+    _decide_dynamic(inputs, spec, _listed_leaves(args, kwargs, inputs.names))
     return inputs
+
+
+def _listed_leaves(args: tuple[Any, ...], kwargs: dict[str, Any], names: list[str]) -> set[str]:
+    """Names of the tensor leaves that sit in a list or tuple argument: such a list is itself
+    the batch (torchvision detection takes list[Tensor[C, H, W]]), so their axis 0 is not."""
+    import torch
+    import torch.utils._pytree as pytree
+
+    flat, _ = pytree.tree_flatten_with_path((args, kwargs))
+    paths = [path for path, leaf in flat if isinstance(leaf, torch.Tensor)]
+    return {name for name, path in zip(names, paths, strict=True)
+            if any(hasattr(k, "idx") for k in path[2:])}
 
 
 def leaf_names(args: tuple[Any, ...], kwargs: dict[str, Any], params: list[str]) -> list[str]:
@@ -212,6 +224,10 @@ def leaf_names(args: tuple[Any, ...], kwargs: dict[str, Any], params: list[str])
         if path[0].idx == 0:  # a positional argument: its parameter's name
             top = params[int(top)] if int(top) < len(params) else f"input_{top}"
         rest = [_key(k) for k in path[2:]]
+        if single and rest and all(hasattr(k, "idx") for k in path[2:]):
+            # the one argument is a list (list[Tensor] images): name its leaves after the
+            # parameter, numbered by _unique (images, images_1...), never a bare index like "0"
+            rest = []
         parts = rest if single and rest else [top, *rest]
         names.append(_unique(_clean("_".join(parts)), names))
     return names
@@ -233,7 +249,10 @@ def output_names(outputs: Any, given: Sequence[str] | None = None) -> list[str]:
     for i, (path, _leaf) in enumerate(tensors):
         keys = [k for k in path if not hasattr(k, "idx")]
         if keys:
-            label = "_".join(_key(k) for k in path)
+            # positions before the first key (a list of dicts, one per image) are numbered by
+            # _unique (boxes, boxes_1), not spelled out as 0_boxes
+            first = next(i for i, k in enumerate(path) if not hasattr(k, "idx"))
+            label = "_".join(_key(k) for k in path[first:])
         else:
             label = f"output_{i}"
         names.append(_unique(_clean(label), names))
@@ -259,14 +278,14 @@ def _unique(name: str, taken: list[str]) -> str:
 
 
 # ------------------------------------------------------------------------------ dynamic axes --
-def _decide_dynamic(inputs: ModelInputs, spec: InputSpec) -> None:
+def _decide_dynamic(inputs: ModelInputs, spec: InputSpec, listed: set[str] = frozenset()) -> None:
     tensors = dict(zip(inputs.names, inputs.tensor_leaves(), strict=True))
     if not spec.static:
-        batched = [t for t in tensors.values() if t.dim() >= 1]
+        batched = [t for name, t in tensors.items() if t.dim() >= 1 and name not in listed]
         if batched:
             inputs.batch = int(batched[0].shape[0])
             for name, t in tensors.items():
-                if t.dim() >= 1 and int(t.shape[0]) == inputs.batch:
+                if t.dim() >= 1 and int(t.shape[0]) == inputs.batch and name not in listed:
                     inputs.dynamic.setdefault(name, {})[0] = BATCH_DIM
     for ts in spec.tensors or []:
         if ts.name in tensors and ts.shape is not None and not spec.static:
