@@ -22,7 +22,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -134,6 +134,15 @@ class Flow:
     notes: list[str] = field(default_factory=list)
     _feeds: list[dict[str, Any]] | None = None
     redrawn: bool = False  # other feeds were tried once for a degenerate reference
+    # Contexts held for the whole run (the live-model guard): released by ``release()``
+    _held: ExitStack = field(default_factory=ExitStack)
+
+    def hold(self, context: AbstractContextManager[Any]) -> Any:
+        """Enter ``context`` until the run ends (``release``), on every outcome."""
+        return self._held.enter_context(context)
+
+    def release(self) -> None:
+        self._held.close()
 
     @property
     def validate(self) -> bool:
@@ -248,6 +257,7 @@ class LoadStage(Stage):
 
     def run(self, flow: Flow) -> None:
         fe = self.frontend
+        flow.hold(fe.preserve(self.source))  # a live model comes back as it was, on any outcome
         flow.native = fe.load(self.source, flow.settings.convert_options())
         if not fe.exports:  # the source is the graph already
             flow.model = flow.native
@@ -502,6 +512,16 @@ class Observer:
     @contextmanager
     def stage(self, stage: Stage) -> Iterator[None]:
         yield
+
+
+@contextmanager
+def running(flow: Flow) -> Iterator[Flow]:
+    """One run of a route over ``flow``: what its stages hold (a live model's guard) is released
+    when it ends, after a success, an error or a KeyboardInterrupt."""
+    try:
+        yield flow
+    finally:
+        flow.release()
 
 
 def run_stages(stages: list[Stage], flow: Flow, observer: Observer) -> None:
