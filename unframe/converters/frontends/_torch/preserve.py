@@ -98,11 +98,14 @@ class TorchState:
 
 
 def _unique_tensors(modules: list[Any]) -> list[Any]:
+    """Parameters, their grads (``module.to()`` casts those in place too) and buffers, once."""
     seen: dict[int, Any] = {}
     for m in modules:
         for t in [*m._parameters.values(), *m._buffers.values()]:
             if t is not None:
                 seen.setdefault(id(t), t)
+                if t.grad is not None:
+                    seen.setdefault(id(t.grad), t.grad)
     return list(seen.values())
 
 

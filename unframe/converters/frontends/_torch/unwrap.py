@@ -106,4 +106,5 @@ def default_samples(module: Any) -> Any:
 
 
 def is_hf_config(obj: Any) -> bool:
-    return is_kind(obj, ("transformers.configuration_utils.PretrainedConfig",))
+    return is_kind(obj, ("transformers.configuration_utils.PretrainedConfig",  # transformers 4
+                         "transformers.configuration_utils.PreTrainedConfig"))  # 5
