@@ -334,6 +334,7 @@ class BackgroundConverter:
                 job, self._pending = self._pending, None
                 job.targets = [t for t in job.targets if t not in self.dropped]
                 self._busy = True
+                self._cv.notify_all()
             outcome = self._remote(job) if job.targets else None
             with self._cv:
                 self._busy = False
