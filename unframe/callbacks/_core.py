@@ -107,11 +107,17 @@ class Recipe:
 
 @dataclass
 class TorchRecipe(Recipe):
-    module: bytes  # pickle of the (unwrapped) module: its class must be importable
+    module: bytes  # torch.save of the (unwrapped) module: its class must be importable
     samples: Any = None
 
     def build(self) -> Any:
-        return pickle.loads(self.module)  # noqa: S301 - our own pickle of the user's live model
+        import io
+
+        import torch
+
+        # Our own bytes of the user's live model; the worker keeps it on the CPU, wherever the
+        # live one trains.
+        return torch.load(io.BytesIO(self.module), map_location="cpu", weights_only=False)
 
     def load(self, model: Any, weights: Any) -> None:
         model.load_state_dict(weights, strict=True)
@@ -138,11 +144,17 @@ def torch_snapshot(module: Any, what: str) -> dict[str, Any]:
 
 def torch_recipe(model: Any, samples: Any) -> TorchRecipe:
     """Unwrap (compiled, DDP...) in the frontend's one place, then pickle the module."""
+    import io
+
+    import torch
+
     from unframe.converters.frontends._torch.unwrap import unwrap
 
     module, _ = unwrap(model, type(model).__name__)
+    buffer = io.BytesIO()
     try:
-        blob = pickle.dumps(module)
+        torch.save(module, buffer)
+        blob = buffer.getvalue()
     except Exception as exc:  # a lambda hook, a lock, a class defined inside a function...
         raise UsageError(f"{type(module).__name__} can't be sent to the background conversion "
                          f"process: pickling it failed ({exc})",
@@ -221,9 +233,15 @@ def _target_outcome(name: str, result: Any) -> TargetOutcome:
 def worker_main(conn: Any, recipe_blob: bytes, options: dict[str, Any]) -> None:
     """The background process: build the model once, then convert each job it is sent."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    recipe: Recipe = pickle.loads(recipe_blob)  # noqa: S301 - sent by our own parent process
-    model = recipe.build()
-    options = {**recipe.convert_options(), **options}
+    _yield_to_training()
+    broken = ""
+    try:
+        recipe: Recipe = pickle.loads(recipe_blob)  # noqa: S301 - sent by our own parent process
+        model = recipe.build()
+        options = {**recipe.convert_options(), **options}
+    except Exception as exc:  # noqa: BLE001 - said with every job instead of dying silently
+        broken = f"the model could not be rebuilt in the conversion process: {type(exc).__name__}: {exc}"
+    _yield_to_training()
     while True:
         try:
             job = conn.recv()
@@ -231,12 +249,28 @@ def worker_main(conn: Any, recipe_blob: bytes, options: dict[str, Any]) -> None:
             return
         if job is None:
             return
+        if broken:
+            conn.send(Outcome(job.tag, job.step, error=broken))
+            continue
         try:
             recipe.load(model, job.weights)
             outcome = convert_job(model, job, options)
         except Exception as exc:  # noqa: BLE001 - weights that don't load: report, go on
             outcome = Outcome(job.tag, job.step, error=f"{type(exc).__name__}: {exc}")
         conn.send(outcome)
+
+
+def _yield_to_training() -> None:
+    """Training comes first: the worker runs at the lowest CPU priority, with one torch thread
+    (on a machine with few cores its conversions would otherwise slow the training steps)."""
+    import sys
+
+    if os.getpriority(os.PRIO_PROCESS, 0) < 19:
+        with contextlib.suppress(OSError, AttributeError):
+            os.nice(19)
+    torch = sys.modules.get("torch")  # imported by the training script's module or the recipe
+    if torch is not None:
+        torch.set_num_threads(1)
 
 
 # ------------------------------------------------------------------------ the converter ------

@@ -20,7 +20,12 @@ from unframe.converters.base import ConvertOptions, ExportResult, Frontend, Inpu
 from unframe.converters.frontends._torch import export as exp
 from unframe.converters.frontends._torch import inputs as inp
 from unframe.converters.frontends._torch import precision as prec
-from unframe.converters.frontends._torch.runner import TorchRunner, callable_of, run_model
+from unframe.converters.frontends._torch.runner import (
+    TorchRunner,
+    callable_of,
+    device_of,
+    run_model,
+)
 from unframe.converters.frontends._torch.sources import is_factory_ref, load_factory, load_path
 from unframe.converters.frontends._torch.unwrap import (
     default_samples,
@@ -111,6 +116,7 @@ class TorchFrontend(Frontend):
         if cast is not None:
             notes.append(cast.note)
             prec.cast_inputs(inputs, cast)
+        inp.to_device(inputs, device_of(callable_of(native)))  # a CUDA model is exported there
         eager = run_model(callable_of(native), inputs.args, inputs.kwargs, what)
         outputs = inp.output_names(eager, opts.get("output_names"))
         if _is_exported_program(native) and (spec.dynamic or spec.static):

@@ -80,6 +80,16 @@ def tensor_of(a: np.ndarray, device: Any = None) -> Any:
     return t if device is None or t.device == device else t.to(device)
 
 
+def to_device(inputs: ModelInputs, device: Any) -> None:
+    """Tensor inputs onto the model's device (samples given as numpy arrays are on the CPU)."""
+    if device is None:
+        return
+    leaves = dict(zip(inputs.names, inputs.tensor_leaves(), strict=True))
+    if all(t.device == device for t in leaves.values()):
+        return
+    inputs.args, inputs.kwargs = inputs.rebuild({n: t.to(device) for n, t in leaves.items()})
+
+
 # ------------------------------------------------------------------------------ parameters --
 def param_names(model: Any) -> list[str] | None:
     """Names of the forward's parameters (without self), when they can be known."""
