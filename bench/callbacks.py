@@ -51,6 +51,7 @@ def lightning_run(epochs: int, with_callback: bool, folder: Path) -> dict[str, A
 
         def on_train_end(self, *args: Any) -> None:
             self.fit_end = time.perf_counter()
+            self.cpu_end = time.process_time()
 
     torch.manual_seed(0)
     data = torch.utils.data.TensorDataset(torch.randn(STEPS * BATCH, 64), torch.randn(STEPS * BATCH, 8))
@@ -61,10 +62,10 @@ def lightning_run(epochs: int, with_callback: bool, folder: Path) -> dict[str, A
     trainer = L.Trainer(max_epochs=epochs, default_root_dir=folder, callbacks=callbacks,
                         logger=False, enable_checkpointing=False, enable_progress_bar=False,
                         enable_model_summary=False)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     trainer.fit(Regressor(), torch.utils.data.DataLoader(data, batch_size=BATCH))
     done = time.perf_counter()
-    return summary(timer.steps, timer.fit_end - start, done - timer.fit_end,
+    return summary(timer.steps, timer.fit_end - start, timer.cpu_end - cpu, done - timer.fit_end,
                    convert.outcomes if convert else [], convert)
 
 
@@ -89,6 +90,7 @@ def keras_run(epochs: int, with_callback: bool, folder: Path) -> dict[str, Any]:
 
         def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
             self.fit_end = time.perf_counter()
+            self.cpu_end = time.process_time()
 
     keras.utils.set_random_seed(0)
     inp = keras.Input((64,), name="x")
@@ -104,20 +106,20 @@ def keras_run(epochs: int, with_callback: bool, folder: Path) -> dict[str, Any]:
     y = rng.normal(size=(STEPS * BATCH, 8)).astype("float32")
     timer = Timer()
     convert = KerasConvert(folder, to="onnx") if with_callback else None
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     model.fit(x, y, epochs=epochs, batch_size=BATCH, verbose=0,
               callbacks=([convert] if convert else []) + [timer])
     done = time.perf_counter()
-    return summary(timer.steps, timer.fit_end - start, done - timer.fit_end,
+    return summary(timer.steps, timer.fit_end - start, timer.cpu_end - cpu, done - timer.fit_end,
                    convert.outcomes if convert else [], convert)
 
 
-def summary(steps: list[float], train: float, tail: float, outcomes: list[Any],
+def summary(steps: list[float], train: float, cpu: float, tail: float, outcomes: list[Any],
             convert: Any) -> dict[str, Any]:
     steady = steps[len(steps) // 10:]  # the first epoch's warm-up (graph tracing) aside
     superseded = len(convert.schedule.converter.superseded) if convert is not None else 0
     return {"median_step": statistics.median(steady), "mean_step": statistics.fmean(steady),
-            "train": train, "tail": tail, "converted": len(outcomes), "superseded": superseded,
+            "train": train, "cpu": cpu, "tail": tail, "converted": len(outcomes), "superseded": superseded,
             "ok": all(o.ok for o in outcomes)}
 
 
@@ -133,8 +135,11 @@ def main() -> None:
     rows = []
     for name in args.frameworks.split(","):
         runs: dict[bool, list[dict[str, Any]]] = {False: [], True: []}
-        for _ in range(args.reps):
-            for with_callback in (False, True):  # alternate: the machine's load drifts
+        with tempfile.TemporaryDirectory(prefix="unframe-bench-") as tmp:
+            RUNNERS[name](1, False, Path(tmp))  # untimed: a process's first fit is several times slower
+        for rep in range(args.reps):
+            order = (False, True) if rep % 2 == 0 else (True, False)
+            for with_callback in order:  # alternate: the machine's load drifts
                 with tempfile.TemporaryDirectory(prefix="unframe-bench-") as tmp:
                     runs[with_callback].append(RUNNERS[name](args.epochs, with_callback, Path(tmp)))
         base, cb = runs[False], runs[True]
@@ -151,6 +156,9 @@ def main() -> None:
                      "train s plain": f"{med(base, 'train'):.2f}",
                      "train s cb": f"{med(cb, 'train'):.2f}",
                      "train ratio": f"{med(cb, 'train') / med(base, 'train'):.3f}",
+                     "cpu s plain": f"{med(base, 'cpu'):.2f}",
+                     "cpu s cb": f"{med(cb, 'cpu'):.2f}",
+                     "cpu ratio": f"{med(cb, 'cpu') / med(base, 'cpu'):.3f}",
                      "wait after s": f"{med(cb, 'tail'):.1f}",
                      "converted": f"{med(cb, 'converted'):.0f}/{args.epochs + 1}",
                      "superseded": f"{med(cb, 'superseded'):.0f}",

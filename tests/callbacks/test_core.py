@@ -76,3 +76,15 @@ def test_a_snapshot_that_would_not_fit_is_refused_before_copying(
         with logged_failure("this conversion was skipped", raise_errors=False):
             torch_snapshot(model, "TinyNet")
     assert len(caught) == 1 and "skipped" in str(caught[0].message)
+
+
+def test_importing_the_callbacks_package_imports_no_framework() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys, unframe.callbacks as c; assert sorted(c.__all__) == "
+            "['HFConvert', 'KerasConvert', 'LightningConvert']; heavy = [m for m in ('torch', "
+            "'keras', 'tensorflow', 'lightning', 'transformers') if m in sys.modules]; "
+            "assert not heavy, heavy")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
