@@ -24,6 +24,7 @@ from unframe.callbacks._core import (
 from unframe.errors import UnframeError, UsageError
 
 
+@pytest.mark.slow
 def test_one_job_waits_a_newer_one_supersedes_it_and_failures_are_raised_when_asked(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     torch.manual_seed(0)

@@ -53,6 +53,7 @@ class Settle(keras.callbacks.Callback):
             time.sleep(0.05)
 
 
+@pytest.mark.slow
 def test_three_epochs_give_checked_artifacts_and_logs(tmp_path: Path) -> None:
     import onnxruntime as ort
 

@@ -55,6 +55,7 @@ def fit(root: Path, callbacks: list[Any], make_net: Callable[[], torch.nn.Module
     return module
 
 
+@pytest.mark.slow
 def test_three_epochs_give_checked_artifacts_from_their_weights(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     import onnxruntime as ort
