@@ -221,25 +221,26 @@ def convert(source: Any, *, from_: str | None = None, to: str | list[str] = "onn
 def run(route: Route, request: Request, observer: pl.Observer, multi: bool) -> Any:
     """Run a planned route: the prefix once, then each target's branch on its own fork."""
     t0 = time.perf_counter()
-    flow = pl.Flow(request.settings, request.source, route.load.frontend,
-                   output=route.branches[0].output if route.branches else None)
-    pl.run_stages(route.prefix, flow, observer)
     outcome = MultiResult(route)
-    last = len(route.branches) - 1
-    for i, branch in enumerate(route.branches):
-        fork = flow.fork(clone=i < last)
-        fork.output = branch.output
-        try:
-            pl.run_stages(branch.stages, fork, observer)
-            outcome.results[branch.name] = _result(route, branch, fork)
-        except UnframeError as exc:
-            fork.cleanup()
-            if not multi:
+    first_output = route.branches[0].output if route.branches else None
+    with pl.running(pl.Flow(request.settings, request.source, route.load.frontend,
+                            output=first_output)) as flow:
+        pl.run_stages(route.prefix, flow, observer)
+        last = len(route.branches) - 1
+        for i, branch in enumerate(route.branches):
+            fork = flow.fork(clone=i < last)
+            fork.output = branch.output
+            try:
+                pl.run_stages(branch.stages, fork, observer)
+                outcome.results[branch.name] = _result(route, branch, fork)
+            except UnframeError as exc:
+                fork.cleanup()
+                if not multi:
+                    raise
+                outcome.errors[branch.name] = exc
+            except BaseException:
+                fork.cleanup()
                 raise
-            outcome.errors[branch.name] = exc
-        except BaseException:
-            fork.cleanup()
-            raise
     outcome.timings = {**flow.timings, "total": time.perf_counter() - t0}
     if not multi:
         result = outcome.results[route.branches[0].name]
@@ -298,11 +299,11 @@ def check(source: Any, *, from_: str | None = None, to: str | list[str] = "onnx"
     route = plan(request)
     fe = route.load.frontend
     fe.ensure_available()
-    flow = pl.Flow(settings, request.source, fe)
-    pl.run_stages(route.prefix, flow, pl.Observer())
     out = MultiCheck(route)
-    for branch in route.branches:
-        out.results[branch.name] = _check_branch(route, branch, flow)
+    with pl.running(pl.Flow(settings, request.source, fe)) as flow:
+        pl.run_stages(route.prefix, flow, pl.Observer())
+        for branch in route.branches:
+            out.results[branch.name] = _check_branch(route, branch, flow)
     return out if _is_multi(to, route) else out.results[route.branches[0].name]
 
 

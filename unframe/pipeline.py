@@ -22,7 +22,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -140,6 +140,15 @@ class Flow:
     before: ir.Model | None = None  # the graph as it was before the opset stage (for the locator)
     output: Path | None = None  # where this branch writes (the locator's folder goes beside it)
     divergence: Any = None  # what the locator found when a parity stage failed
+    # Contexts held for the whole run (the live-model guard): released by ``release()``
+    _held: ExitStack = field(default_factory=ExitStack)
+
+    def hold(self, context: AbstractContextManager[Any]) -> Any:
+        """Enter ``context`` until the run ends (``release``), on every outcome."""
+        return self._held.enter_context(context)
+
+    def release(self) -> None:
+        self._held.close()
 
     @property
     def validate(self) -> bool:
@@ -261,6 +270,7 @@ class LoadStage(Stage):
 
     def run(self, flow: Flow) -> None:
         fe = self.frontend
+        flow.hold(fe.preserve(self.source))  # a live model comes back as it was, on any outcome
         flow.native = fe.load(self.source, flow.settings.convert_options())
         if not fe.exports:  # the source is the graph already
             flow.model = flow.native
@@ -615,6 +625,16 @@ class Observer:
     @contextmanager
     def stage(self, stage: Stage) -> Iterator[None]:
         yield
+
+
+@contextmanager
+def running(flow: Flow) -> Iterator[Flow]:
+    """One run of a route over ``flow``: what its stages hold (a live model's guard) is released
+    when it ends, after a success, an error or a KeyboardInterrupt."""
+    try:
+        yield flow
+    finally:
+        flow.release()
 
 
 def run_stages(stages: list[Stage], flow: Flow, observer: Observer) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 from abc import ABC, abstractmethod
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -204,6 +205,12 @@ class Frontend(_Component):
 
     def describe(self, native: Any) -> str:
         return type(native).__name__
+
+    def preserve(self, source: Any) -> AbstractContextManager[Any]:
+        """A context manager that keeps a live model object exactly as it was: entered before
+        ``load``, exited when the run ends, whatever the outcome (see ``unframe.preserve``).
+        Inside, the model is in inference mode. Nothing to keep by default."""
+        return nullcontext()
 
 
 class Backend(_Component):

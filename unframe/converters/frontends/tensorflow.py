@@ -106,6 +106,17 @@ class TensorflowFrontend(Frontend):
             return native.load(source, opts.trust, opts.get("signature"),
                                opts.get("custom_objects"))
 
+    def preserve(self, source: Any) -> Any:
+        """A live Keras model is snapshotted and restored after the run (``_tf/preserve.py``)."""
+        import contextlib
+        import os
+
+        if isinstance(source, (str, os.PathLike)):
+            return contextlib.nullcontext()
+        from unframe.converters.frontends._tf.preserve import preserved
+
+        return preserved(source, f"the live {type(source).__name__}")
+
     def to_onnx(self, native: Any, spec: InputSpec, opts: ConvertOptions) -> ExportResult:
         from unframe.converters.frontends._tf.pipeline import export
 

@@ -88,11 +88,12 @@ def cached_torchlib() -> Iterator[None]:
 
 
 def export_dynamo(model: Any, inputs: ModelInputs | None, outputs: list[str] | None,
-                  opset: int) -> ir.Model:
+                  opset: int, optimize: bool = True) -> ir.Model:
+    """``optimize=False`` skips onnxscript's optimizer (see ``precision.optimizer_safe``)."""
     import torch
 
     kwargs: dict[str, Any] = dict(dynamo=True, opset_version=opset, verbose=False,
-                                  output_names=outputs)
+                                  output_names=outputs, optimize=optimize)
     if isinstance(model, torch.export.ExportedProgram):
         args: tuple[Any, ...] = ()
     else:

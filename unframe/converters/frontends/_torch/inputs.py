@@ -54,6 +54,42 @@ class ModelInputs:
         return tuple(args), dict(kwargs)
 
 
+# ------------------------------------------------------------------------------ arrays ------
+def numpy_of(t: Any) -> np.ndarray:
+    """A tensor as a numpy array on the CPU; bfloat16 as ml_dtypes' bfloat16 (numpy has none,
+    and onnxruntime and onnx's evaluator take that type)."""
+    import torch
+
+    t = t.detach().cpu()
+    if t.dtype == torch.bfloat16:
+        import ml_dtypes
+
+        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    return t.numpy()
+
+
+def tensor_of(a: np.ndarray, device: Any = None) -> Any:
+    """The inverse of ``numpy_of``, on ``device`` (a model on CUDA is fed there)."""
+    import torch
+
+    a = np.ascontiguousarray(a)
+    if str(a.dtype) == "bfloat16":
+        t = torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+    else:
+        t = torch.from_numpy(a)
+    return t if device is None or t.device == device else t.to(device)
+
+
+def to_device(inputs: ModelInputs, device: Any) -> None:
+    """Tensor inputs onto the model's device (samples given as numpy arrays are on the CPU)."""
+    if device is None:
+        return
+    leaves = dict(zip(inputs.names, inputs.tensor_leaves(), strict=True))
+    if all(t.device == device for t in leaves.values()):
+        return
+    inputs.args, inputs.kwargs = inputs.rebuild({n: t.to(device) for n, t in leaves.items()})
+
+
 # ------------------------------------------------------------------------------ parameters --
 def param_names(model: Any) -> list[str] | None:
     """Names of the forward's parameters (without self), when they can be known."""
@@ -119,12 +155,11 @@ def from_samples(model: Any, samples: Any, what: str) -> tuple[tuple[Any, ...], 
 
 def to_torch(obj: Any) -> Any:
     """numpy arrays (anywhere in the structure) to tensors; everything else kept."""
-    import torch
     import torch.utils._pytree as pytree
 
     def convert(x: Any) -> Any:
         if isinstance(x, np.ndarray) or isinstance(x, np.generic):
-            return torch.from_numpy(np.ascontiguousarray(x))
+            return tensor_of(np.asarray(x))
         return x
 
     if isinstance(obj, Mapping) and not isinstance(obj, dict):
@@ -335,7 +370,7 @@ def export_example(inputs: ModelInputs) -> tuple[tuple[Any, ...], dict[str, Any]
 def feeds(inputs: ModelInputs, batch_is_dynamic: bool, seed: int = 0) -> list[dict[str, np.ndarray]]:
     """The samples as numpy feeds, plus the same rows at another batch size when the exported
     batch axis is dynamic (rows are re-drawn from the samples so integer inputs stay valid)."""
-    first = {n: t.detach().cpu().numpy() for n, t in zip(inputs.names, inputs.tensor_leaves(), strict=True)}
+    first = {n: numpy_of(t) for n, t in zip(inputs.names, inputs.tensor_leaves(), strict=True)}
     if not batch_is_dynamic or inputs.batch is None:
         return [first]
     size = inputs.batch + 1 if inputs.batch > 1 else 3
