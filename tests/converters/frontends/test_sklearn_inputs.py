@@ -59,7 +59,7 @@ def check(model: Any, exp: ExportResult) -> None:
 def test_registered_with_suffixes_and_object_detection(logreg: LogisticRegression) -> None:
     fe = frontend()
     assert fe.name == "sklearn" and fe.extra == "sklearn"
-    assert set(fe.suffixes) == {".skops", ".pkl", ".joblib"}
+    assert set(fe.suffixes) == {".skops", ".pkl", ".joblib", ".json", ".ubj", ".txt"}
     assert fe.accepts_object(logreg)
     assert not fe.accepts_object(np.zeros(3))
 
