@@ -8,11 +8,11 @@ code relies on is wrong. A new type is one function in the family's module below
 
 ``load_validated(path)``:
 1. read the archive into skops' node tree (nothing imported from the file, nothing built);
-2. types skops does not trust and no validator covers: ``TrustRequiredError`` naming exactly
-   those;
-3. every node of a validated type, wherever it is (trusted by skops or not), is validated and
+2. every node of a validated type, wherever it is (trusted by skops or not), is validated and
    must be stored the way its validator expects (``loaders``: a Tree through skops' TreeNode,
-   never through a constructor call);
+   never through a constructor call); a failure is ``InputError`` (exit 3) with the reason;
+3. types skops does not trust and no validator covers: ``TrustRequiredError`` naming exactly
+   those;
 4. skops audits and constructs with exactly the validated types trusted;
 5. the built estimators' links between objects are checked (``structure.py``: the width of the
    input each tree is given, a boosting ensemble's shape) before anything predicts.
@@ -80,7 +80,8 @@ def load_validated(path: Path) -> Any:
     try:
         with ZipFile(path) as zf:
             root = _read(zf, path)
-            untrusted = _skops.untrusted_types(root)
+            validate_nodes(root, path)  # a crafted validated object is refused even beside
+            untrusted = _skops.untrusted_types(root)  # a type that needs --trust
             unchecked = sorted(untrusted - set(VALIDATORS.keys()))
             if unchecked:
                 raise TrustRequiredError(
@@ -88,7 +89,6 @@ def load_validated(path: Path) -> Any:
                     f"can't validate: {', '.join(unchecked)}; loading them may run their code",
                     "inspect them, and pass --trust (trust=True) only if you trust the file",
                     details={"untrusted_types": unchecked})
-            validate_nodes(root, path)
             model = _build(root, sorted(untrusted), path)
     except (BadZipFile, OSError, KeyError, ValueError) as exc:
         raise InputError(f"{path}: not a readable skops file ({_first_line(exc)})",

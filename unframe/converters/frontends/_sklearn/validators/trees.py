@@ -77,7 +77,7 @@ def check_dtype(got: np.dtype, expected: np.dtype, what: str,
 def finite_or_inf(values: np.ndarray, what: str) -> None:
     """Split thresholds: numbers, or +inf (the split that sends only missing values right)."""
     bad = np.flatnonzero(np.isnan(values) | (values == -np.inf))
-    require(not bad.size, f"{what} {values[bad[0]] if bad.size else 0!r} at split "
+    require(not bad.size, f"{what} {float(values[bad[0]]) if bad.size else 0.0} at split "
                           f"{int(bad[0]) if bad.size else 0} (expected a number)")
 
 
