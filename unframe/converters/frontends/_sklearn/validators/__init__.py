@@ -13,7 +13,8 @@ code relies on is wrong. A new type is one function in the family's module below
    never through a constructor call); a failure is ``InputError`` (exit 3) with the reason;
 3. types skops does not trust and no validator covers: ``TrustRequiredError`` naming exactly
    those;
-4. skops audits and constructs with exactly the validated types trusted;
+4. skops constructs, every type it does not trust by default being a validated one (its own
+   unsafe-type set, computed once in step 3);
 5. the built estimators' links between objects are checked (``structure.py``: the width of the
    input each tree is given, a boosting ensemble's shape) before anything predicts.
 """
@@ -45,6 +46,7 @@ class Validator:
     type_name: str
     loaders: tuple[str, ...]  # the skops node kinds this type may be stored as
     check: CheckFn
+    many: bool = False  # check takes every node of the type in the file at once (vectorized)
 
     @property
     def summary(self) -> str:
@@ -58,13 +60,14 @@ VALIDATORS: Registry[Validator] = Registry(
     builtins=[f"unframe.converters.frontends._sklearn.validators.{f}" for f in _FAMILIES])
 
 
-def validates(*type_names: str, loaders: tuple[str, ...] = ("ObjectNode",)
+def validates(*type_names: str, loaders: tuple[str, ...] = ("ObjectNode",), many: bool = False
               ) -> Callable[[CheckFn], CheckFn]:
-    """Register ``fn(node)`` as the validator of each fully qualified type name."""
+    """Register ``fn(node)`` as the validator of each fully qualified type name; with ``many``,
+    ``fn(nodes)`` gets all of them at once and marks a failure's node with ``Invalid.index``."""
 
     def deco(fn: CheckFn) -> CheckFn:
         for name in type_names:
-            VALIDATORS.register(name, Validator(name, loaders, fn))
+            VALIDATORS.register(name, Validator(name, loaders, fn, many))
         return fn
 
     return deco
@@ -89,7 +92,7 @@ def load_validated(path: Path) -> Any:
                     f"can't validate: {', '.join(unchecked)}; loading them may run their code",
                     "inspect them, and pass --trust (trust=True) only if you trust the file",
                     details={"untrusted_types": unchecked})
-            model = _build(root, sorted(untrusted), path)
+            model = _build(root, path)
     except (BadZipFile, OSError, KeyError, ValueError) as exc:
         raise InputError(f"{path}: not a readable skops file ({_first_line(exc)})",
                          "check that the file is complete and was written by skops.io.dump") from None
@@ -115,6 +118,7 @@ def validate_nodes(root: Any, path: Path) -> list[str]:
     from unframe.converters.frontends._sklearn.validators import _skops
 
     checked: list[str] = []
+    batches: dict[str, list[tuple[str, Any]]] = {}
     seen: set[int] = set()
     stack: list[tuple[str, Any]] = [("", root)]
     while stack:
@@ -125,33 +129,50 @@ def validate_nodes(root: Any, path: Path) -> list[str]:
         name = _skops.type_name(node)
         validator = VALIDATORS.get(name, None)
         if validator is not None:
-            _run(validator, node, where.lstrip(".") or "the model", path)
+            item = (where.lstrip(".") or "the model", node)
+            if validator.many:
+                batches.setdefault(name, []).append(item)
+            else:
+                _run(validator, [item], path)
             checked.append(where)
         stack.extend((where + key, child) for key, child in reversed(list(_skops.children(node))))
+    for name, items in batches.items():
+        _run(VALIDATORS.get(name), items, path)
     return checked
 
 
-def _run(validator: Validator, node: Any, where: str, path: Path) -> None:
+def _run(validator: Validator, items: list[tuple[str, Any]], path: Path) -> None:
     from unframe.converters.frontends._sklearn.validators import _skops
 
+    index = 0
     try:
-        _skops.expect(node, *validator.loaders)
-        validator.check(node)
+        for k, (_, node) in enumerate(items):
+            try:
+                _skops.expect(node, *validator.loaders)
+            except Invalid as exc:
+                raise Invalid(str(exc), k) from None
+        if validator.many:
+            validator.check([node for _, node in items])
+        else:
+            validator.check(items[0][1])
     except Invalid as exc:
         reason = str(exc)
+        if exc.index is not None and 0 <= exc.index < len(items):
+            index = exc.index
     except (IndexError, KeyError, TypeError, ValueError, OverflowError) as exc:
         reason = f"malformed content ({type(exc).__name__}: {_first_line(exc)})"
     else:
         return
+    where = items[index][0]
     raise InputError(f"{path}: {validator.type_name} at {where}: {reason}", CRAFTED_HINT,
                      details={"type": validator.type_name, "at": where})
 
 
-def _build(root: Any, trusted: list[str], path: Path) -> Any:
+def _build(root: Any, path: Path) -> Any:
     from unframe.converters.frontends._sklearn.validators import _skops
 
     try:
-        return _skops.construct(root, trusted)
+        return _skops.construct(root)
     except (TrustRequiredError, InputError):
         raise
     except Exception as exc:  # the libraries' own checks of validated content

@@ -25,7 +25,12 @@ import numpy as np
 
 
 class Invalid(ValueError):
-    """A validator's finding: what is wrong with the content (the caller adds where)."""
+    """A validator's finding: what is wrong with the content (the caller adds where). A check of
+    several objects at once sets ``index``: which of them is wrong."""
+
+    def __init__(self, reason: str, index: int | None = None) -> None:
+        super().__init__(reason)
+        self.index = index
 
 
 def require(condition: Any, reason: str) -> None:
@@ -42,16 +47,15 @@ def read_tree(zf: ZipFile) -> Any:
     schema = json.loads(zf.read("schema.json"))
     require(isinstance(schema, dict), "schema.json is not an object")
     protocol = schema.get("protocol")
-    require(type(protocol) is int and 0 <= protocol <= PROTOCOL,
-            f"skops protocol {protocol!r} is not one this skops reads (0 to {PROTOCOL})")
+    if not (type(protocol) is int and 0 <= protocol <= PROTOCOL):
+        raise Invalid(f"skops protocol {protocol!r} is not one this skops reads (0 to {PROTOCOL})")
     return get_tree(schema, LoadContext(src=zf, protocol=protocol), trusted=None)
 
 
-def construct(root: Any, trusted: list[str]) -> Any:
-    """skops' own audit (every type trusted by default or listed), then construction."""
-    from skops.io._audit import audit_tree
-
-    audit_tree(root, trusted=trusted or None)
+def construct(root: Any) -> Any:
+    """Build the objects. The caller has checked ``untrusted_types(root)`` (what skops'
+    ``audit_tree`` computes, on the same nodes) against the validated types: auditing again
+    would walk the whole tree a second time for the same answer."""
     return root.construct()
 
 
@@ -95,8 +99,8 @@ def _is_node(obj: Any) -> bool:
 # --- typed reads ------------------------------------------------------------------------------
 
 def expect(node: Any, *loaders: str) -> None:
-    require(loader(node) in loaders,
-            f"{type_name(node)} is stored as {loader(node)}, expected {' or '.join(loaders)}")
+    if loader(node) not in loaders:
+        raise Invalid(f"{type_name(node)} is stored as {loader(node)}, expected {' or '.join(loaders)}")
 
 
 def value(node: Any) -> Any:
@@ -110,37 +114,45 @@ def value(node: Any) -> Any:
 
 def integer(node: Any, what: str, low: int = 0, high: int = 2**31 - 1) -> int:
     got = value(node) if loader(node) == "JsonNode" else _numpy_scalar(node, what)
-    require(type(got) is int, f"{what} is {got!r}, expected an integer")
-    require(low <= got <= high, f"{what} = {got} is outside [{low}, {high}]")
+    if type(got) is not int:
+        raise Invalid(f"{what} is {got!r}, expected an integer")
+    if not (low <= got <= high):
+        raise Invalid(f"{what} = {got} is outside [{low}, {high}]")
     return got
 
 
 def number(node: Any, what: str) -> float:
     got = value(node) if loader(node) == "JsonNode" else _numpy_scalar(node, what)
-    require(type(got) in (int, float) and math.isfinite(got), f"{what} is {got!r}, expected a finite number")
+    if not (type(got) in (int, float) and math.isfinite(got)):
+        raise Invalid(f"{what} is {got!r}, expected a finite number")
     return float(got)
 
 
 def _numpy_scalar(node: Any, what: str) -> Any:
     expect(node, "JsonNode", "NdArrayNode")
     arr = _load(node)
-    require(arr.ndim == 0 and arr.dtype.kind in "iuf", f"{what} is not a numeric scalar")
+    if arr.ndim != 0 and arr.dtype.kind in "iuf":
+        raise Invalid(f"{what} is not a numeric scalar")
     return arr.item()
 
 
 def array(node: Any, what: str, kinds: str = "iufb", ndim: int | None = None) -> np.ndarray:
     """A plain numpy array stored in the archive (no object dtype: read without pickle)."""
     expect(node, "NdArrayNode")
-    require(type_name(node) == "numpy.ndarray", f"{what} is a {type_name(node)}, expected an array")
+    if not (type_name(node) == "numpy.ndarray"):
+        raise Invalid(f"{what} is a {type_name(node)}, expected an array")
     arr = _load(node)
-    require(arr.dtype.kind in kinds, f"{what} has dtype {arr.dtype}")
-    require(ndim is None or arr.ndim == ndim, f"{what} has {arr.ndim} dimensions, expected {ndim}")
+    if arr.dtype.kind not in kinds:
+        raise Invalid(f"{what} has dtype {arr.dtype}")
+    if not (ndim is None or arr.ndim == ndim):
+        raise Invalid(f"{what} has {arr.ndim} dimensions, expected {ndim}")
     node._constructed = arr  # skops builds the object from this very array, parsed once
     return arr
 
 
 def _load(node: Any) -> np.ndarray:
-    require(getattr(node, "type", None) == "numpy", f"{type_name(node)} is not stored as a .npy member")
+    if not (getattr(node, "type", None) == "numpy"):
+        raise Invalid(f"{type_name(node)} is not stored as a .npy member")
     cached = getattr(node, "_constructed", None)
     if isinstance(cached, np.ndarray):
         return cached
@@ -157,24 +169,27 @@ def _load(node: Any) -> np.ndarray:
 def mapping(node: Any, what: str) -> dict[str, Any]:
     """A plain dict's entries (string keys) as nodes."""
     expect(node, "DictNode")
-    require(type_name(node) == "builtins.dict", f"{what} is a {type_name(node)}, expected a dict")
+    if not (type_name(node) == "builtins.dict"):
+        raise Invalid(f"{what} is a {type_name(node)}, expected a dict")
     return dict(node.content)
 
 
 def sequence(node: Any, what: str, length: int | None = None) -> list[Any]:
     """A list's or tuple's items as nodes."""
     expect(node, "ListNode", "TupleNode")
-    require(type_name(node) in ("builtins.list", "builtins.tuple"),
-            f"{what} is a {type_name(node)}, expected a list or tuple")
+    if type_name(node) not in ("builtins.list", "builtins.tuple"):
+        raise Invalid(f"{what} is a {type_name(node)}, expected a list or tuple")
     items = list(node.content)
-    require(length is None or len(items) == length, f"{what} has {len(items)} items, expected {length}")
+    if not (length is None or len(items) == length):
+        raise Invalid(f"{what} has {len(items)} items, expected {length}")
     return items
 
 
 def object_state(node: Any, what: str) -> dict[str, Any]:
     """The attribute dict an ``ObjectNode`` sets on the instance skops makes with ``__new__``."""
     expect(node, "ObjectNode")
-    require(node.attrs is not None, f"{what} has no state")
+    if not (node.attrs is not None):
+        raise Invalid(f"{what} has no state")
     return mapping(node.attrs, f"{what}'s state")
 
 

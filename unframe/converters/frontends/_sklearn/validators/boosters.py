@@ -12,6 +12,7 @@ and ``.txt`` LightGBM files given directly (``xgboost_document``, ``lightgbm_tex
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,7 +20,7 @@ import numpy as np
 
 from unframe.converters.frontends._sklearn.validators import _skops as sk
 from unframe.converters.frontends._sklearn.validators import require, validates
-from unframe.converters.frontends._sklearn.validators.trees import finite_or_inf, in_range, tree_depths
+from unframe.converters.frontends._sklearn.validators.trees import first_bad, forest_depths, in_range
 from unframe.errors import TrustRequiredError
 
 XGB_ROOT_PARENT = 2147483647  # XGBoost's parent of the root (kInvalidNodeId as stored)
@@ -51,21 +52,22 @@ def _int(doc: dict[str, Any], key: str, low: int = 0, high: int = MAX_FEATURES) 
         got = int(raw)  # XGBoost writes parameters as strings
     except (TypeError, ValueError):
         raise sk.Invalid(f"{key} is {raw!r}, expected an integer") from None
-    require(low <= got <= high, f"{key} = {got} is outside [{low}, {high}]")
+    if not (low <= got <= high):
+        raise sk.Invalid(f"{key} = {got} is outside [{low}, {high}]")
     return got
 
 
 def _ints(tree: dict[str, Any], key: str, n: int) -> np.ndarray:
     arr = np.asarray(tree.get(key, []))
-    require(arr.shape == (n,) and (arr.size == 0 or arr.dtype.kind in "iub"),
-            f"{key} is not {n} integers")
+    if not (arr.shape == (n,) and (arr.size == 0 or arr.dtype.kind in "iub")):
+        raise sk.Invalid(f"{key} is not {n} integers")
     return arr.astype(np.int64)
 
 
 def _floats(tree: dict[str, Any], key: str, n: int) -> np.ndarray:
     arr = np.asarray(tree.get(key, []))
-    require(arr.shape == (n,) and (arr.size == 0 or arr.dtype.kind in "iuf"),
-            f"{key} is not {n} numbers")
+    if not (arr.shape == (n,) and (arr.size == 0 or arr.dtype.kind in "iuf")):
+        raise sk.Invalid(f"{key} is not {n} numbers")
     return arr.astype(np.float64)
 
 
@@ -92,8 +94,9 @@ def xgboost_document(doc: Any) -> BoosterFacts:
     require(isinstance(model, dict), "the tree model is missing")
     n_trees = _int(model.get("gbtree_model_param") or {}, "num_trees", 0)
     trees = model.get("trees")
-    require(isinstance(trees, list) and len(trees) == n_trees, f"{n_trees} trees declared, "
-                                                              f"{len(trees or [])} stored")
+    if not (isinstance(trees, list) and len(trees) == n_trees):
+        raise sk.Invalid(f"{n_trees} trees declared, "
+                         f"{len(trees or [])} stored")
     info = _ints(model, "tree_info", n_trees)
     in_range(info, 0, max(1, n_classes, n_targets), "tree_info (output index)")
     if "iteration_indptr" in model:
@@ -107,46 +110,112 @@ def xgboost_document(doc: Any) -> BoosterFacts:
     if booster.get("name") == "dart":
         drop = _floats(booster, "weight_drop", n_trees)
         require(np.isfinite(drop).all(), "weight_drop holds NaN or infinity")
-    for i, tree in enumerate(trees):
-        try:
-            xgboost_tree(tree, n_features)
-        except sk.Invalid as exc:
-            raise sk.Invalid(f"tree {i}: {exc}") from None
+    if trees:
+        xgboost_trees(trees, n_features)
     objective = (learner.get("objective") or {}).get("name", "")
     require(isinstance(objective, str), "objective name is not a string")
     return BoosterFacts("xgboost", objective, n_features, n_classes)
 
 
-def xgboost_tree(tree: Any, n_features: int) -> None:
-    """One tree: all node arrays num_nodes long; children -1 for a leaf (both) or in range,
-    every node reached once from the root, no cycle, parents matching the children (XGBoost
-    follows them while loading); split indices below num_feature; split conditions numbers;
-    leaf values finite; categorical splits (split_type 1) with in-range category segments."""
+XGB_NODE_FIELDS = ("left_children", "right_children", "parents", "split_indices",
+                   "split_conditions", "default_left", "base_weights", "loss_changes",
+                   "sum_hessian")
+
+
+def xgboost_trees(trees: list[Any], n_features: int) -> None:
+    """All trees at once: every node array num_nodes long; children -1 for a leaf (both) or in
+    range, every node reached once from its root, no cycle, parents matching the children
+    (XGBoost follows them while loading); split indices below num_feature; split conditions
+    numbers, leaf values finite; categorical splits (split_type 1) with in-range category
+    segments. The per-tree loop only collects arrays; the checks run on their concatenation."""
+    sizes = np.empty(len(trees), dtype=np.int64)
+    columns: dict[str, list[Any]] = {k: [] for k in (*XGB_NODE_FIELDS, "split_type")}
+    for i, tree in enumerate(trees):
+        try:
+            sizes[i] = _xgboost_tree_shape(tree)
+        except sk.Invalid as exc:
+            raise sk.Invalid(f"tree {i}: {exc}") from None
+        for key in XGB_NODE_FIELDS:
+            columns[key].append(tree[key])
+        columns["split_type"].append(tree.get("split_type", np.zeros(sizes[i], np.uint8)))
+    c = {k: _concat(v, k, "f" if k in ("split_conditions", "base_weights", "loss_changes",
+                                         "sum_hessian") else "") for k, v in columns.items()}
+    offsets = np.cumsum(sizes) - sizes
+    tree_of = np.repeat(np.arange(sizes.size), sizes)
+    left, right = c["left_children"], c["right_children"]
+    leaf = left == -1
+    _first(((right == -1) != leaf), tree_of, offsets, "has one child")
+    _depths(left, right, ~leaf, sizes)
+    parents = c["parents"]
+    _first(_scatter(tree_of.size, offsets, parents[offsets] != XGB_ROOT_PARENT), tree_of,
+           offsets, "is a root with a parent")
+    split = np.flatnonzero(~leaf)
+    base = offsets[tree_of[split]]
+    local = split - base
+    _first(_scatter(tree_of.size, split, (parents[left[split] + base] != local)
+                    | (parents[right[split] + base] != local)),
+           tree_of, offsets, "is not the parent its children name (parents do not match)")
+    index = c["split_indices"]
+    _first(_scatter(tree_of.size, split, (index[split] < 0) | (index[split] >= n_features)),
+           tree_of, offsets, f"splits on feature {{}}, outside [0, {n_features})", index)
+    cond = c["split_conditions"]
+    _first(np.isnan(cond) | (~leaf & (cond == -np.inf)) | (leaf & ~np.isfinite(cond)),
+           tree_of, offsets, "has a NaN split condition or a non-finite leaf value")
+    for key in ("default_left", "split_type"):
+        _first((c[key] != 0) & (c[key] != 1), tree_of, offsets, f"has {key} not 0/1")
+    for t in np.unique(tree_of[c["split_type"] == 1]):
+        lo, hi = offsets[t], offsets[t] + sizes[t]
+        try:
+            _xgboost_categories(trees[t], c["split_type"][lo:hi], leaf[lo:hi])
+        except sk.Invalid as exc:
+            raise sk.Invalid(f"tree {t}: {exc}") from None
+
+
+def _xgboost_tree_shape(tree: Any) -> int:
     require(isinstance(tree, dict) and isinstance(tree.get("tree_param"), dict), "no tree_param")
     param = tree["tree_param"]
     n = _int(param, "num_nodes", 1)
     require(_int(param, "num_deleted", 0) == 0, "deleted nodes")
     if _int(param, "size_leaf_vector", 0) > 1:
         raise _refuse("an XGBoost tree with vector leaves (multi-target)")
-    left, right = _ints(tree, "left_children", n), _ints(tree, "right_children", n)
-    leaf = left == -1
-    require(((right == -1) == leaf).all(), "a node has one child")
-    tree_depths(left, right, ~leaf)
-    parents = _ints(tree, "parents", n)
-    require(parents[0] == XGB_ROOT_PARENT, f"the root's parent is {parents[0]}")
-    split = np.flatnonzero(~leaf)
-    require((parents[left[split]] == split).all() and (parents[right[split]] == split).all(),
-            "parents do not match the children")
-    in_range(_ints(tree, "split_indices", n)[split], 0, n_features, "split index")
-    cond = _floats(tree, "split_conditions", n)
-    finite_or_inf(cond[split], "split condition")
-    require(np.isfinite(cond[leaf]).all(), "a leaf value is NaN or infinite")
-    require(np.isin(_ints(tree, "default_left", n), (0, 1)).all(), "default_left is not 0/1")
-    for key in ("base_weights", "loss_changes", "sum_hessian"):
-        _floats(tree, key, n)
-    split_type = _ints(tree, "split_type", n) if "split_type" in tree else np.zeros(n, np.int64)
-    require(np.isin(split_type, (0, 1)).all(), "split_type is not 0/1")
-    _xgboost_categories(tree, split_type, leaf)
+    for key in XGB_NODE_FIELDS:
+        if not (hasattr(tree.get(key), "__len__") and len(tree[key]) == n):
+            raise sk.Invalid(f"{key} is not {n} values long")
+    if "split_type" in tree:
+        if not (len(tree["split_type"]) == n):
+            raise sk.Invalid(f"split_type is not {n} values long")
+    return n
+
+
+def _concat(parts: list[Any], key: str, kind: str) -> np.ndarray:
+    arr = np.concatenate([np.asarray(p) for p in parts]) if parts else np.zeros(0)
+    allowed = "iub" if not kind else "iuf"
+    if not (arr.ndim == 1 and (arr.size == 0 or arr.dtype.kind in allowed)):
+        raise sk.Invalid(f"{key} holds values that are not {'numbers' if kind else 'integers'}")
+    return arr.astype(np.float64 if kind else np.int64)
+
+
+def _scatter(n: int, where: np.ndarray, values: np.ndarray) -> np.ndarray:
+    out = np.zeros(n, dtype=bool)
+    out[where] = values
+    return out
+
+
+def _first(bad: np.ndarray, tree_of: np.ndarray, offsets: np.ndarray, what: str,
+           values: np.ndarray | None = None) -> None:
+    """``first_bad``, the tree named in the message (a booster is one object of many trees)."""
+    _named(first_bad, bad, tree_of, offsets, what, values)
+
+
+def _depths(left: np.ndarray, right: np.ndarray, internal: np.ndarray, sizes: np.ndarray) -> None:
+    _named(forest_depths, left, right, internal, sizes)
+
+
+def _named(check: Any, *args: Any) -> Any:
+    try:
+        return check(*args)
+    except sk.Invalid as exc:
+        raise sk.Invalid(f"tree {exc.index}: {exc}") from None
 
 
 def _xgboost_categories(tree: dict[str, Any], split_type: np.ndarray, leaf: np.ndarray) -> None:
@@ -168,12 +237,17 @@ def _xgboost_categories(tree: dict[str, Any], split_type: np.ndarray, leaf: np.n
 
 @validates("xgboost.core.Booster")
 def xgboost_booster(node: Any) -> None:
-    """The buffer XGBoost unserializes: UBJSON (or JSON) ``{"Config", "Model"}``, read strictly;
-    the model as ``xgboost_document`` checks it, and the configuration's model parameters (which
-    XGBoost loads after the model) equal to the model's."""
+    """The buffer XGBoost unserializes, read strictly as UBJSON (or JSON) before XGBoost sees it:
+    gbtree or dart; tree_info below the number of outputs; per tree, node arrays of num_nodes,
+    children in range (-1 for a leaf), every node reached once from the root, no cycle, parents
+    matching the children, split indices below num_feature, split conditions numbers, leaf
+    values finite, category segments inside the category list; the configuration's num_feature,
+    num_class, num_target and booster equal to the model's. gblinear, vector leaves and
+    categorical re-coding tables need --trust."""
     state = sk.object_state(node, "Booster")
-    require(set(state) <= {"handle", "feature_names", "feature_types", "best_iteration",
-                           "best_score"}, f"Booster's state has keys {sorted(state)}")
+    if not (set(state) <= {"handle", "feature_names", "feature_types", "best_iteration",
+                           "best_score"}):
+        raise sk.Invalid(f"Booster's state has keys {sorted(state)}")
     require("handle" in state, "the Booster has no model")
     if sk.is_none(state["handle"]):
         return
@@ -185,8 +259,8 @@ def xgboost_booster(node: Any) -> None:
     mine = parsed["Model"]["learner"]["learner_model_param"]
     theirs = config.get("learner_model_param") or {}
     for key in ("num_feature", "num_class", "num_target"):
-        require(str(theirs.get(key, mine.get(key))) == str(mine.get(key)),
-                f"the configuration's {key} differs from the model's")
+        if not (str(theirs.get(key, mine.get(key))) == str(mine.get(key))):
+            raise sk.Invalid(f"the configuration's {key} differs from the model's")
     name = (config.get("gradient_booster") or {}).get("name")
     require(name == parsed["Model"]["learner"]["gradient_booster"]["name"],
             "the configuration's booster differs from the model's")
@@ -225,11 +299,15 @@ LGBM_TREE_KEYS = ("num_leaves", "num_cat", "split_feature", "split_gain", "thres
                   "num_features", "leaf_features", "leaf_coeff")
 
 
+_NUMBER = r"-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
+FINITE_NUMBERS = re.compile(rf"(?:{_NUMBER}(?: {_NUMBER})*)?")
+
+
 def lightgbm_text(text: str) -> BoosterFacts:
     """A text model (``model_to_string``): header keys once each, num_tree_per_iteration equal
     to num_class, feature_names and feature_infos one per feature; tree_sizes locating exactly
-    the tree blocks LightGBM will read (it jumps by those byte offsets); each tree as
-    ``lightgbm_tree`` checks it."""
+    the tree blocks LightGBM will read (it jumps by those byte offsets); every tree block as
+    ``lightgbm_trees`` checks it."""
     require("\x00" not in text and "\r" not in text, "the model text holds NUL or CR characters")
     require(text.startswith("tree\n"), "not a LightGBM text model (no 'tree' header)")
     start = text.find("\nTree=")
@@ -238,23 +316,26 @@ def lightgbm_text(text: str) -> BoosterFacts:
     n_features = int(_lgbm_number(header, "max_feature_idx", 0, MAX_FEATURES - 1)) + 1
     n_class = int(_lgbm_number(header, "num_class", 1, 2**20))
     per_iteration = int(_lgbm_number(header, "num_tree_per_iteration", 1, 2**20))
-    require(per_iteration == n_class, f"num_tree_per_iteration {per_iteration} differs from "
-                                      f"num_class {n_class}")
+    if per_iteration != n_class:
+        raise sk.Invalid(f"num_tree_per_iteration {per_iteration} differs from "
+                         f"num_class {n_class}")
     for key in ("feature_names", "feature_infos"):
-        require(len(header.get(key, "").split(" ")) == n_features, f"{key} is not one per feature")
+        if not (len(header.get(key, "").split(" ")) == n_features):
+            raise sk.Invalid(f"{key} is not one per feature")
     require("tree_sizes" in header, "tree_sizes is missing (a LightGBM 2 model: re-save it)")
-    sizes = [int(s) for s in header["tree_sizes"].split(" ") if s] if header["tree_sizes"] else []
+    try:
+        sizes = [int(v) for v in header["tree_sizes"].split(" ")] if header["tree_sizes"] else []
+    except ValueError:
+        raise sk.Invalid("tree_sizes holds a value that is not an integer") from None
     body = text.encode("utf-8")[len(text[:start + 1].encode("utf-8")):]
     require(sum(sizes) <= len(body), "tree_sizes point past the end of the model")
-    offset = 0
-    for i, size in enumerate(sizes):
+    blocks, offset = [], 0
+    for size in sizes:
         require(size > 0, "a tree size is not positive")
-        block = body[offset:offset + size].decode("utf-8", errors="strict")
+        blocks.append(body[offset:offset + size].decode("utf-8", errors="strict"))
         offset += size
-        try:
-            lightgbm_tree(block, i, n_features)
-        except sk.Invalid as exc:
-            raise sk.Invalid(f"tree {i}: {exc}") from None
+    if blocks:
+        lightgbm_trees(blocks, n_features)
     return BoosterFacts("lightgbm", header.get("objective", "").split(" ")[0], n_features,
                         n_class if n_class > 1 else 0, {"n_trees": len(sizes)})
 
@@ -265,9 +346,10 @@ def _lgbm_header(text: str) -> dict[str, str]:
         if not line:
             continue
         key, sep, value = line.partition("=")
-        require(sep and ("=" not in value or key == "feature_names"),
-                f"header line {line[:60]!r} is not key=value")
-        require(key not in out, f"header key {key!r} appears twice")
+        if not (sep and ("=" not in value or key == "feature_names")):
+            raise sk.Invalid(f"header line {line[:60]!r} is not key=value")
+        if not (key not in out):
+            raise sk.Invalid(f"header key {key!r} appears twice")
         out[key] = value
     return out
 
@@ -277,89 +359,146 @@ def _lgbm_number(header: dict[str, str], key: str, low: float, high: float) -> f
         got = float(header[key])
     except (KeyError, ValueError):
         raise sk.Invalid(f"{key} is missing or not a number") from None
-    require(low <= got <= high and got == int(got), f"{key} = {header[key]} is out of range")
+    if not (low <= got <= high and got == int(got)):
+        raise sk.Invalid(f"{key} = {header[key]} is out of range")
     return got
 
 
-def lightgbm_tree(block: str, index: int, n_features: int) -> None:
-    """One ``Tree=i`` block: known keys once each, arrays of the declared lengths; children
+def lightgbm_trees(blocks: list[str], n_features: int) -> None:
+    """Every ``Tree=i`` block: known keys once each, arrays of the declared lengths; children
     (>= 0 a split, < 0 the complement of a leaf) in range, every split and leaf reached once
     from the root, no cycle; split features below max_feature_idx + 1; decision types of
-    LightGBM's bits; numeric thresholds and leaf values finite; categorical splits indexing
-    cat_boundaries, which stay inside cat_threshold; linear trees refused."""
+    LightGBM's bits; thresholds and leaf values finite numbers; categorical splits indexing
+    cat_boundaries, which stay inside cat_threshold; linear trees refused. The per-tree loop
+    reads the text; the checks run on all trees' arrays at once."""
+    fields = [_lgbm_fields(block, i) for i, block in enumerate(blocks)]
+    leaves = np.array([f["num_leaves"] for f in fields], dtype=np.int64)
+    splits = leaves - 1
+    for key, count in (("left_child", splits), ("right_child", splits),
+                       ("split_feature", splits), ("decision_type", splits),
+                       ("threshold", splits), ("leaf_value", leaves)):
+        for i, f in enumerate(fields):
+            raw = f.get(key, "")
+            got = raw.count(" ") + 1 if raw else 0
+            if got != count[i]:
+                raise sk.Invalid(f"tree {i}: {key} has {got} values, expected {count[i]}")
+            if key in ("threshold", "leaf_value"):
+                if not (FINITE_NUMBERS.fullmatch(raw)):
+                    raise sk.Invalid(f"tree {i}: {key} holds a value that is "
+                                     "not a finite number")
+    ints = {key: _lgbm_ints(fields, key, int(splits.sum()))
+            for key in ("left_child", "right_child", "split_feature", "decision_type")}
+    _lgbm_links(ints["left_child"], ints["right_child"], splits)
+    tree_of = np.repeat(np.arange(len(fields)), splits)
+    offsets = np.cumsum(splits) - splits
+    feature = ints["split_feature"]
+    _first((feature < 0) | (feature >= n_features), tree_of, offsets,
+           f"splits on feature {{}}, outside [0, {n_features})", feature)
+    decision = ints["decision_type"]
+    _first((decision < 0) | (decision >= 16) | ((decision >> 2) == 3), tree_of, offsets,
+           "has a decision type with unknown bits")
+    for t in sorted({*np.unique(tree_of[(decision & 1) == 1]).tolist(),
+                     *(i for i, f in enumerate(fields) if f["num_cat"])}):
+        try:
+            lo = offsets[t]
+            threshold = np.array(fields[t]["threshold"].split(" "), dtype=np.float64)
+            _lgbm_categories(fields[t], fields[t]["num_cat"],
+                             threshold[(decision[lo:lo + splits[t]] & 1) == 1])
+        except sk.Invalid as exc:
+            raise sk.Invalid(f"tree {t}: {exc}") from None
+
+
+def _lgbm_fields(block: str, index: int) -> dict[str, Any]:
     head, _, rest = block.partition("\n")
-    require(head == f"Tree={index}", f"block starts with {head[:30]!r}, expected Tree={index}")
+    if not (head == f"Tree={index}"):
+        raise sk.Invalid(f"block {index} starts with {head[:30]!r}, expected "
+                         f"Tree={index}")
     lines, _, tail = rest.partition("\n\n")
-    require(tail.strip("\n") == "", "text after the tree's blank line inside its tree_sizes span")
-    fields: dict[str, str] = {}
+    if not (tail.strip("\n") == ""):
+        raise sk.Invalid(f"tree {index}: text after the tree's blank line inside its "
+                         "tree_sizes span")
+    fields: dict[str, Any] = {}
     for line in lines.split("\n"):
         key, sep, value = line.partition("=")
-        require(sep and "=" not in value and key in LGBM_TREE_KEYS,
-                f"line {line[:60]!r} is not a known key=value")
-        require(key not in fields, f"key {key!r} appears twice")
+        if not (sep and "=" not in value and key in LGBM_TREE_KEYS):
+            raise sk.Invalid(f"tree {index}: line {line[:60]!r} is not a known key=value")
+        if not (key not in fields):
+            raise sk.Invalid(f"tree {index}: key {key!r} appears twice")
         fields[key] = value
     if fields.get("is_linear", "0") != "0":
         raise _refuse("a LightGBM model with linear trees")
-    n_leaves = int(_lgbm_array(fields, "num_leaves", 1, int)[0])
-    require(1 <= n_leaves <= 2**31 - 1, f"num_leaves {n_leaves}")
-    values = _lgbm_array(fields, "leaf_value", n_leaves, float)
-    require(np.isfinite(values).all(), "a leaf value is NaN or infinite")
-    n_cat = int(_lgbm_array(fields, "num_cat", 1, int)[0])
-    m = n_leaves - 1
-    if m == 0:
-        return
-    left = _lgbm_array(fields, "left_child", m, int)
-    right = _lgbm_array(fields, "right_child", m, int)
-    _lgbm_links(left, right, m, n_leaves)
-    in_range(_lgbm_array(fields, "split_feature", m, int), 0, n_features, "split feature")
-    decision = _lgbm_array(fields, "decision_type", m, int)
-    require(((decision >= 0) & (decision < 16) & ((decision >> 2) != 3)).all(),
-            "a decision type has unknown bits")
-    threshold = _lgbm_array(fields, "threshold", m, float)
-    require(np.isfinite(threshold).all(), "a threshold is NaN or infinite")
-    categorical = (decision & 1) == 1
-    if categorical.any() or n_cat:
-        _lgbm_categories(fields, n_cat, threshold[categorical])
+    for key, high in (("num_leaves", 2**31 - 1), ("num_cat", 2**31 - 1)):
+        try:
+            fields[key] = int(fields.get(key, ""))
+        except ValueError:
+            raise sk.Invalid(f"tree {index}: {key} is missing or not an integer") from None
+        if not ((1 if key == "num_leaves" else 0) <= fields[key] <= high):
+            raise sk.Invalid(f"tree {index}: {key} = {fields[key]} is out of range")
+    return fields
 
 
-def _lgbm_array(fields: dict[str, str], key: str, n: int, kind: type) -> np.ndarray:
-    raw = fields.get(key, "")
+def _lgbm_ints(fields: list[dict[str, Any]], key: str, total: int) -> np.ndarray:
+    """All trees' ``key`` values as one array (numpy's C parser; LightGBM's writes single
+    spaces, so the value count was checked per tree from the separators)."""
+    joined = " ".join(f[key] for f in fields if f.get(key))
     try:
-        values = [kind(v) for v in raw.split(" ")] if raw else []
+        values = np.fromstring(joined, dtype=np.int64, sep=" ") if joined else np.zeros(0, np.int64)
     except ValueError:
-        raise sk.Invalid(f"{key} holds a value that is not a number") from None
-    require(len(values) == n, f"{key} has {len(values)} values, expected {n}")
-    return np.asarray(values, dtype=np.int64 if kind is int else np.float64)
+        raise sk.Invalid(f"{key} holds a value that is not an integer") from None
+    require(values.size == total, f"{key} holds a value that is not an integer")
+    return values
 
 
-def _lgbm_links(left: np.ndarray, right: np.ndarray, m: int, n_leaves: int) -> None:
-    """Leaves become nodes m..m+n_leaves-1 of one tree, so the shared checker applies."""
-    def node(child: np.ndarray) -> np.ndarray:
-        require(((child < m) & (child >= -n_leaves)).all(), "a child index is out of range")
-        return np.where(child >= 0, child, m + (-child - 1))
-
-    n = m + n_leaves
+def _lgbm_links(left: np.ndarray, right: np.ndarray, splits: np.ndarray) -> None:
+    """Tree t's leaves become its nodes m..2m (m = its splits), so ``forest_depths`` applies:
+    all trees are checked at once."""
+    m = np.repeat(splits, splits)  # each split's tree's split count
+    tree_of = np.repeat(np.arange(splits.size), splits)
+    offsets = np.cumsum(splits) - splits
+    for child in (left, right):
+        _first((child >= m) | (child < -(m + 1)), tree_of, offsets,
+               "has child index {}, out of range", child)
+    sizes = 2 * splits + 1
+    starts = np.cumsum(sizes) - sizes
+    n = int(sizes.sum())
     internal = np.zeros(n, dtype=bool)
-    internal[:m] = True
+    position = starts[tree_of] + (np.arange(m.size) - offsets[tree_of])  # split s of tree t
+    internal[position] = True
     full_left = np.zeros(n, dtype=np.int64)
     full_right = np.zeros(n, dtype=np.int64)
-    full_left[:m], full_right[:m] = node(left), node(right)
-    tree_depths(full_left, full_right, internal)
+    full_left[position] = np.where(left >= 0, left, m - left - 1)
+    full_right[position] = np.where(right >= 0, right, m - right - 1)
+    _depths(full_left, full_right, internal, sizes)
 
 
-def _lgbm_categories(fields: dict[str, str], n_cat: int, cat_index: np.ndarray) -> None:
-    bounds = _lgbm_array(fields, "cat_boundaries", n_cat + 1, int)
-    words = _lgbm_array(fields, "cat_threshold", bounds[-1] if bounds.size else 0, int)
+def _lgbm_categories(fields: dict[str, Any], n_cat: int, cat_index: np.ndarray) -> None:
+    bounds = _lgbm_array(fields, "cat_boundaries", n_cat + 1)
+    words = _lgbm_array(fields, "cat_threshold", int(bounds[-1]) if bounds.size else 0)
     require(bounds[0] == 0 and (np.diff(bounds) >= 0).all(), "cat_boundaries are not ordered")
     require(((words >= 0) & (words < 2**32)).all(), "cat_threshold words are not uint32")
     require((cat_index == np.floor(cat_index)).all(), "a categorical threshold is not an index")
     in_range(cat_index.astype(np.int64), 0, n_cat, "categorical split index")
 
 
+def _lgbm_array(fields: dict[str, Any], key: str, n: int) -> np.ndarray:
+    raw = fields.get(key, "")
+    try:
+        values = [int(v) for v in raw.split(" ")] if raw else []
+    except ValueError:
+        raise sk.Invalid(f"{key} holds a value that is not an integer") from None
+    if not (len(values) == n):
+        raise sk.Invalid(f"{key} has {len(values)} values, expected {n}")
+    return np.asarray(values, dtype=np.int64)
+
+
 @validates("lightgbm.basic.Booster")
 def lightgbm_booster(node: Any) -> None:
-    """The text model in ``_handle`` (what LightGBM's loader reads), as ``lightgbm_text``
-    checks it."""
+    """The text model in ``_handle``, read as LightGBM will: header keys once each,
+    num_tree_per_iteration equal to num_class, tree_sizes locating exactly the tree blocks; per
+    tree, known keys once each, arrays of num_leaves - 1 splits and num_leaves leaves, children
+    in range, every split and leaf reached once from the root, no cycle, split features below
+    max_feature_idx + 1, decision types of known bits, thresholds and leaf values finite,
+    categorical splits inside cat_boundaries and cat_threshold. Linear trees need --trust."""
     state = sk.object_state(node, "Booster")
     require("handle" not in state, "the Booster has a 'handle' entry (LightGBM reads '_handle')")
     require("_handle" in state, "the Booster has no model")

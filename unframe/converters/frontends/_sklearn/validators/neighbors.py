@@ -42,11 +42,14 @@ def distance_metric(node: Any) -> None:
     name = node.class_name
     p, vec, mat = _metric_state(node)
     if name in FIXED_P:
-        require(p == FIXED_P[name], f"p is {p} for {name}, expected {FIXED_P[name]}")
+        if p != FIXED_P[name]:
+            raise sk.Invalid(f"p is {p} for {name}, expected {FIXED_P[name]}")
     elif name == "MinkowskiDistance64":
-        require(math.isfinite(p) and p > 0, f"Minkowski p is {p}, expected a finite p > 0")
+        if not (math.isfinite(p) and p > 0):
+            raise sk.Invalid(f"Minkowski p is {p}, expected a finite p > 0")
     if name == "MahalanobisDistance64":
-        require(mat.shape[0] == mat.shape[1] >= 1, f"VI has shape {list(mat.shape)}, expected square")
+        if not (mat.shape[0] == mat.shape[1] >= 1):
+            raise sk.Invalid(f"VI has shape {list(mat.shape)}, expected square")
     require(np.isfinite(vec).all() and np.isfinite(mat).all(), "weights hold NaN or infinity")
 
 
@@ -55,7 +58,8 @@ def _metric_state(node: Any) -> tuple[float, np.ndarray, np.ndarray]:
     require(node.attrs is not None, "the metric has no state")
     p_node, vec_node, mat_node = sk.sequence(node.attrs, "the metric's state", 3)
     p = sk.value(p_node)
-    require(type(p) in (int, float), f"p is {p!r}, expected a number")
+    if type(p) not in (int, float):
+        raise sk.Invalid(f"p is {p!r}, expected a number")
     vec = sk.array(vec_node, "the metric's vector", "f", ndim=1)
     mat = sk.array(mat_node, "the metric's matrix", "f", ndim=2)
     require(vec.dtype.itemsize == 8 and mat.dtype.itemsize == 8, "metric weights are not float64")
@@ -96,26 +100,27 @@ def binary_tree(node: Any) -> None:
     require(idx.shape == (n_samples,) and np.array_equal(np.sort(idx), np.arange(n_samples)),
             "idx_array is not a permutation of the sample indices")
     nodes = sk.array(state[2], "node_data", "V", ndim=1)
-    require(nodes.dtype.names == ("idx_start", "idx_end", "is_leaf", "radius"),
-            f"node_data has fields {nodes.dtype.names}")
+    if nodes.dtype.names != ("idx_start", "idx_end", "is_leaf", "radius"):
+        raise sk.Invalid(f"node_data has fields {nodes.dtype.names}")
     n_nodes = nodes.shape[0]
     require(sk.integer(state[6], "n_nodes", 1) == n_nodes, "n_nodes differs from node_data")
     n_levels = sk.integer(state[5], "n_levels", 1, 62)
-    require(n_nodes == 2**n_levels - 1, f"{n_nodes} nodes for {n_levels} levels")
+    if not (n_nodes == 2**n_levels - 1):
+        raise sk.Invalid(f"{n_nodes} nodes for {n_levels} levels")
     bounds = sk.array(state[3], "node_bounds", "f", ndim=3)
-    require(bounds.shape == (2 if kd else 1, n_nodes, n_features),
-            f"node_bounds has shape {list(bounds.shape)}")
+    if bounds.shape != (2 if kd else 1, n_nodes, n_features):
+        raise sk.Invalid(f"node_bounds has shape {list(bounds.shape)}")
     sk.integer(state[4], "leaf_size", 1)
     for i, stat in enumerate(STATS, start=7):
         sk.integer(state[i], stat, 0, 2**62)
     _check_nodes(nodes, n_samples)
     metric = state[11]
     valid = KD_METRICS if kd else BALL_METRICS
-    require(sk.type_name(metric) in {_METRICS + m for m in valid},
-            f"metric {sk.type_name(metric)} is not one unframe accepts for a {node.class_name}")
+    if sk.type_name(metric) not in {_METRICS + m for m in valid}:
+        raise sk.Invalid(f"metric {sk.type_name(metric)} is not one unframe accepts for a {node.class_name}")
     width = metric_width(metric)
-    require(width is None or width == n_features,
-            f"the metric is for {width} features, the data has {n_features}")
+    if not (width is None or width == n_features):
+        raise sk.Invalid(f"the metric is for {width} features, the data has {n_features}")
     if not sk.is_none(state[12]):
         weights = sk.array(state[12], "sample_weight", "f", ndim=1)
         require(weights.shape == (n_samples,), "sample_weight is not one weight per sample")

@@ -10,123 +10,143 @@ the end. Nesting is limited to ``MAX_DEPTH``.
 
 from __future__ import annotations
 
+import struct
 from typing import Any
 
 import numpy as np
 
 MAX_DEPTH = 64
-# marker -> (numpy big-endian dtype, size)
-NUMERIC = {b"i": (">i1", 1), b"U": (">u1", 1), b"I": (">i2", 2), b"l": (">i4", 4),
-           b"L": (">i8", 8), b"d": (">f4", 4), b"D": (">f8", 8)}
-INTEGER = (b"i", b"U", b"I", b"l", b"L")
+# marker byte -> (struct format, numpy big-endian dtype, size)
+NUMERIC = {ord("i"): (">b", ">i1", 1), ord("U"): (">B", ">u1", 1), ord("I"): (">h", ">i2", 2),
+           ord("l"): (">i", ">i4", 4), ord("L"): (">q", ">i8", 8), ord("d"): (">f", ">f4", 4),
+           ord("D"): (">d", ">f8", 8)}
+INTEGER = frozenset(ord(c) for c in "iUIlL")
+SIMPLE = {ord("Z"): None, ord("T"): True, ord("F"): False}
+NOOP, DOLLAR, HASH = ord("N"), ord("$"), ord("#")
+OPEN_ARRAY, CLOSE_ARRAY, OPEN_OBJECT, CLOSE_OBJECT = ord("["), ord("]"), ord("{"), ord("}")
 
 
 class UBJSONError(ValueError):
     pass
 
 
+_STRUCTS = {m: (struct.Struct(fmt), size) for m, (fmt, _, size) in NUMERIC.items()}
+_STRING, _HIGH, _CHAR = ord("S"), ord("H"), ord("C")
+
+
 def loads(data: bytes) -> Any:
-    reader = _Reader(memoryview(data))
-    value = reader.value(reader.marker(), 0)
-    if reader.pos != len(data):
-        raise UBJSONError(f"{len(data) - reader.pos} bytes after the root value")
+    value, pos = _Reader(bytes(data)).read()
+    if pos != len(data):
+        raise UBJSONError(f"{len(data) - pos} bytes after the root value")
     return value
 
 
 class _Reader:
-    def __init__(self, data: memoryview) -> None:
-        self.data, self.pos = data, 0
+    """Recursive descent over the bytes; the hot paths (markers, integers, keys) are inlined
+    into few calls because a model holds tens of thousands of tokens."""
 
-    def take(self, n: int) -> memoryview:
-        if n < 0 or self.pos + n > len(self.data):
-            raise UBJSONError(f"truncated at byte {self.pos} (wanted {n} more)")
-        chunk = self.data[self.pos:self.pos + n]
-        self.pos += n
-        return chunk
+    def __init__(self, data: bytes) -> None:
+        self.data, self.end = data, len(data)
 
-    def marker(self) -> bytes:
-        while True:
-            m = bytes(self.take(1))
-            if m != b"N":  # no-op
-                return m
+    def read(self) -> tuple[Any, int]:
+        m, pos = self._marker(0)
+        return self._value(m, pos, 0)
 
-    def number(self, m: bytes) -> Any:
-        dtype, size = NUMERIC[m]
-        return np.frombuffer(self.take(size), dtype=dtype)[0].item()
+    def _marker(self, pos: int) -> tuple[int, int]:
+        data, end = self.data, self.end
+        while pos < end:
+            m = data[pos]
+            pos += 1
+            if m != NOOP:
+                return m, pos
+        raise UBJSONError(f"truncated at byte {pos}")
 
-    def length(self) -> int:
-        m = self.marker()
+    def _number(self, m: int, pos: int) -> tuple[Any, int]:
+        unpack, size = _STRUCTS[m]
+        if pos + size > self.end:
+            raise UBJSONError(f"truncated at byte {pos} (wanted {size} more)")
+        return unpack.unpack_from(self.data, pos)[0], pos + size
+
+    def _count(self, pos: int, what: str) -> tuple[int, int]:
+        m, pos = self._marker(pos)
         if m not in INTEGER:
-            raise UBJSONError(f"a length must be an integer, got marker {m!r}")
-        n = self.number(m)
-        if n < 0 or n > len(self.data) - self.pos:
-            raise UBJSONError(f"length {n} at byte {self.pos} exceeds the data left")
-        return n
+            raise UBJSONError(f"{what} must be an integer, got marker {chr(m)!r}")
+        n, pos = self._number(m, pos)
+        if n < 0 or n > self.end - pos:
+            raise UBJSONError(f"{what} {n} at byte {pos} exceeds the data left")
+        return n, pos
 
-    def string(self) -> str:
+    def _string(self, pos: int) -> tuple[str, int]:
+        n, pos = self._count(pos, "a string length")
         try:
-            return str(self.take(self.length()), "utf-8")
+            return self.data[pos:pos + n].decode("utf-8"), pos + n
         except UnicodeDecodeError:
-            raise UBJSONError(f"a string before byte {self.pos} is not UTF-8") from None
+            raise UBJSONError(f"a string at byte {pos} is not UTF-8") from None
 
-    def value(self, m: bytes, depth: int) -> Any:
-        if m in NUMERIC:
-            return self.number(m)
-        simple = {b"Z": None, b"T": True, b"F": False}
-        if m in simple:
-            return simple[m]
-        if m in (b"S", b"H"):
-            return self.string()
-        if m == b"C":
-            return chr(self.take(1)[0])
-        if m in (b"[", b"{"):
+    def _value(self, m: int, pos: int, depth: int) -> tuple[Any, int]:
+        if m in _STRUCTS:
+            return self._number(m, pos)
+        if m in SIMPLE:
+            return SIMPLE[m], pos
+        if m == _STRING or m == _HIGH:
+            return self._string(pos)
+        if m == _CHAR:
+            if pos >= self.end:
+                raise UBJSONError(f"truncated at byte {pos}")
+            return chr(self.data[pos]), pos + 1
+        if m == OPEN_ARRAY or m == OPEN_OBJECT:
             if depth >= MAX_DEPTH:
                 raise UBJSONError(f"nested deeper than {MAX_DEPTH}")
-            return self.array(depth + 1) if m == b"[" else self.object(depth + 1)
-        raise UBJSONError(f"unknown marker {m!r} at byte {self.pos - 1}")
+            return (self._array if m == OPEN_ARRAY else self._object)(pos, depth + 1)
+        raise UBJSONError(f"unknown marker {chr(m)!r} at byte {pos - 1}")
 
-    def _header(self) -> tuple[bytes | None, int | None]:
+    def _header(self, pos: int) -> tuple[int | None, int | None, int]:
         """An optimized container's element type and count, if given."""
-        kind = count = None
-        if bytes(self.data[self.pos:self.pos + 1]) == b"$":
-            self.pos += 1
-            kind = self.marker()
-            if bytes(self.data[self.pos:self.pos + 1]) != b"#":
+        data, end = self.data, self.end
+        if pos < end and data[pos] == DOLLAR:
+            kind, pos = self._marker(pos + 1)
+            if pos >= end or data[pos] != HASH:
                 raise UBJSONError("a typed container without a count")
-        if bytes(self.data[self.pos:self.pos + 1]) == b"#":
-            self.pos += 1
-            m = self.marker()
-            if m not in INTEGER:
-                raise UBJSONError("a container count must be an integer")
-            count = self.number(m)
-            if count < 0 or count > len(self.data) - self.pos:
-                raise UBJSONError(f"container count {count} exceeds the data left")
-        return kind, count
+            count, pos = self._count(pos + 1, "a container count")
+            return kind, count, pos
+        if pos < end and data[pos] == HASH:
+            count, pos = self._count(pos + 1, "a container count")
+            return None, count, pos
+        return None, None, pos
 
-    def array(self, depth: int) -> Any:
-        kind, count = self._header()
+    def _array(self, pos: int, depth: int) -> tuple[Any, int]:
+        kind, count, pos = self._header(pos)
         if kind in NUMERIC and count is not None:
-            dtype, size = NUMERIC[kind]
-            raw = self.take(count * size)
-            return np.frombuffer(raw, dtype=dtype).astype(np.dtype(dtype).newbyteorder("="))
-        items = []
+            _, dtype, size = NUMERIC[kind]
+            if pos + count * size > self.end:
+                raise UBJSONError(f"truncated typed array at byte {pos}")
+            out = np.frombuffer(self.data, dtype=dtype, count=count, offset=pos)
+            return out.astype(out.dtype.newbyteorder("=")), pos + count * size
+        items: list[Any] = []
         while count is None or len(items) < count:
-            m = kind or self.marker()
-            if count is None and m == b"]":
-                return items
-            items.append(self.value(m, depth))
-        return items
+            if kind is None:
+                m, pos = self._marker(pos)
+            else:
+                m = kind
+            if count is None and m == CLOSE_ARRAY:
+                return items, pos
+            value, pos = self._value(m, pos, depth)
+            items.append(value)
+        return items, pos
 
-    def object(self, depth: int) -> dict[str, Any]:
-        kind, count = self._header()
+    def _object(self, pos: int, depth: int) -> tuple[dict[str, Any], int]:
+        kind, count, pos = self._header(pos)
+        data, end = self.data, self.end
         out: dict[str, Any] = {}
         while count is None or len(out) < count:
-            if count is None and bytes(self.data[self.pos:self.pos + 1]) == b"}":
-                self.pos += 1
-                return out
-            key = self.string()
+            if count is None and pos < end and data[pos] == CLOSE_OBJECT:
+                return out, pos + 1
+            key, pos = self._string(pos)
             if key in out:
                 raise UBJSONError(f"repeated key {key!r}")
-            out[key] = self.value(kind or self.marker(), depth)
-        return out
-
+            if kind is None:
+                m, pos = self._marker(pos)
+            else:
+                m = kind
+            out[key], pos = self._value(m, pos, depth)
+        return out, pos
