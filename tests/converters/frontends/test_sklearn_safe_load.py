@@ -481,10 +481,19 @@ def _xgb_doc(fn: Callable[[dict[str, Any]], Any]) -> Mutation:
         from unframe.converters.frontends._sklearn.validators.ubjson import loads
 
         handle = Archive.state(arch.node("Booster"))["handle"]
-        doc = loads(arch.members[handle["file"]])
+        doc = writable(loads(arch.members[handle["file"]]))
         fn(doc)
         arch.members[handle["file"]] = ubj_dumps(doc)
     return mutate
+
+
+def writable(value: Any) -> Any:
+    """A decoded UBJSON document with its (read-only, big-endian) arrays copied for editing."""
+    if isinstance(value, dict):
+        return {k: writable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [writable(v) for v in value]
+    return value.astype(value.dtype.newbyteorder("=")) if isinstance(value, np.ndarray) else value
 
 
 def _xgb_tree(fn: Callable[[dict[str, Any]], Any]) -> Mutation:
@@ -928,7 +937,7 @@ def _ubj_edit(mutate: Callable[[dict[str, Any]], Any]) -> Callable[[Path], None]
     def edit(path: Path) -> None:
         from unframe.converters.frontends._sklearn.validators.ubjson import loads
 
-        doc = loads(path.read_bytes())
+        doc = writable(loads(path.read_bytes()))
         mutate(doc["learner"]["gradient_booster"]["model"]["trees"][0])
         path.write_bytes(ubj_dumps(doc))
     return edit

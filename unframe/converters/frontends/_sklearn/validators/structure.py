@@ -112,16 +112,16 @@ def hist_gradient_boosting(obj: Any) -> None:
                                      f"model takes {width}")
     per_iteration = int(obj.n_trees_per_iteration_)
     for i, trees in enumerate(predictors):
-        require(len(trees) == per_iteration, f"iteration {i} has {len(trees)} trees, expected "
-                                             f"{per_iteration}")
-        for predictor in trees:
-            split = predictor.nodes[predictor.nodes["is_leaf"] == 0]
-            feature = split["feature_idx"]
-            require((feature < width).all(), f"a split of iteration {i} reads feature "
-                                             f"{int(feature.max())} of {width}")
-            cat = feature[split["is_categorical"] == 1]
-            require(flags[cat].all(), f"a categorical split of iteration {i} is on a "
-                                      "numeric feature")
+        if len(trees) != per_iteration:
+            raise Invalid(f"iteration {i} has {len(trees)} trees, expected {per_iteration}")
+    nodes = [p.nodes for trees in predictors for p in trees]
+    if not nodes:
+        return
+    split = np.concatenate([n["is_leaf"] for n in nodes]) == 0
+    feature = np.concatenate([n["feature_idx"] for n in nodes])[split]
+    require((feature < width).all(), f"a split reads feature {int(feature.max())} of {width}")
+    cat = feature[np.concatenate([n["is_categorical"] for n in nodes])[split] == 1]
+    require(flags[cat].all(), "a categorical split is on a numeric feature")
 
 
 RULES: tuple[Rule, ...] = (decision_tree, tree_ensemble, gradient_boosting, hist_gradient_boosting)

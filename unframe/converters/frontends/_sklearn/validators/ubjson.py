@@ -2,7 +2,8 @@
 buffer a pickled or skops-saved ``Booster`` holds), so that unframe reads the same model XGBoost
 will load, before XGBoost does.
 
-Typed arrays (``[$d#L<n>`` then n big-endian values) become numpy arrays; objects become dicts
+Typed arrays (``[$d#L<n>`` then n big-endian values) become read-only big-endian numpy arrays
+over the bytes (no copy); objects become dicts
 (a repeated key is refused, as is anything after the root value); every length is checked
 against the bytes left, so truncated or crafted input raises ``UBJSONError``, never reads past
 the end. Nesting is limited to ``MAX_DEPTH``.
@@ -32,6 +33,8 @@ class UBJSONError(ValueError):
 
 _STRUCTS = {m: (struct.Struct(fmt), size) for m, (fmt, _, size) in NUMERIC.items()}
 _STRING, _HIGH, _CHAR = ord("S"), ord("H"), ord("C")
+_INT64 = ord("L")
+_INT64_AT = struct.Struct(">q").unpack_from
 
 
 def loads(data: bytes) -> Any:
@@ -115,13 +118,22 @@ class _Reader:
         return None, None, pos
 
     def _array(self, pos: int, depth: int) -> tuple[Any, int]:
+        data, end = self.data, self.end
+        if pos + 12 <= end and data[pos] == DOLLAR and data[pos + 2] == HASH \
+                and data[pos + 3] == _INT64 and data[pos + 1] in NUMERIC:  # [$d#L<n>, the usual
+            _, dtype, size = NUMERIC[data[pos + 1]]
+            count = _INT64_AT(data, pos + 4)[0]
+            pos += 12
+            if count < 0 or pos + count * size > end:
+                raise UBJSONError(f"typed array of {count} at byte {pos} exceeds the data left")
+            # big-endian and read-only, as stored: the checks convert what they compare
+            return np.frombuffer(data, dtype=dtype, count=count, offset=pos), pos + count * size
         kind, count, pos = self._header(pos)
         if kind in NUMERIC and count is not None:
             _, dtype, size = NUMERIC[kind]
             if pos + count * size > self.end:
                 raise UBJSONError(f"truncated typed array at byte {pos}")
-            out = np.frombuffer(self.data, dtype=dtype, count=count, offset=pos)
-            return out.astype(out.dtype.newbyteorder("=")), pos + count * size
+            return np.frombuffer(self.data, dtype=dtype, count=count, offset=pos), pos + count * size
         items: list[Any] = []
         while count is None or len(items) < count:
             if kind is None:
@@ -141,12 +153,25 @@ class _Reader:
         while count is None or len(out) < count:
             if count is None and pos < end and data[pos] == CLOSE_OBJECT:
                 return out, pos + 1
-            key, pos = self._string(pos)
+            if pos + 9 <= end and data[pos] == _INT64:  # the usual key: an int64 length
+                n = _INT64_AT(data, pos + 1)[0]
+                if n < 0 or pos + 9 + n > end:
+                    raise UBJSONError(f"a key length {n} at byte {pos} exceeds the data left")
+                try:
+                    key = data[pos + 9:pos + 9 + n].decode("utf-8")
+                except UnicodeDecodeError:
+                    raise UBJSONError(f"a key at byte {pos} is not UTF-8") from None
+                pos += 9 + n
+            else:
+                key, pos = self._string(pos)
             if key in out:
                 raise UBJSONError(f"repeated key {key!r}")
             if kind is None:
                 m, pos = self._marker(pos)
             else:
                 m = kind
-            out[key], pos = self._value(m, pos, depth)
+            if m == OPEN_ARRAY and depth < MAX_DEPTH:
+                out[key], pos = self._array(pos, depth + 1)
+            else:
+                out[key], pos = self._value(m, pos, depth)
         return out, pos
