@@ -117,28 +117,39 @@ def validate_nodes(root: Any, path: Path) -> list[str]:
     """Validate every node of a validated type; returns their paths (for tests and --debug)."""
     from unframe.converters.frontends._sklearn.validators import _skops
 
+    table = dict(VALIDATORS.items())
     checked: list[str] = []
     batches: dict[str, list[tuple[str, Any]]] = {}
     seen: set[int] = set()
-    stack: list[tuple[str, Any]] = [("", root)]
+    # (node, its parent's entry, key): paths are spelled out only for validated nodes
+    stack: list[tuple[Any, Any, Any]] = [(root, None, "")]
     while stack:
-        where, node = stack.pop()
+        entry = stack.pop()
+        node = entry[0]
         if id(node) in seen:
             continue
         seen.add(id(node))
-        name = _skops.type_name(node)
-        validator = VALIDATORS.get(name, None)
+        validator = table.get(f"{node.module_name}.{node.class_name}")
         if validator is not None:
-            item = (where.lstrip(".") or "the model", node)
+            item = (_skops.path(_keys(entry)), node)
             if validator.many:
-                batches.setdefault(name, []).append(item)
+                batches.setdefault(validator.type_name, []).append(item)
             else:
                 _run(validator, [item], path)
-            checked.append(where)
-        stack.extend((where + key, child) for key, child in reversed(list(_skops.children(node))))
+            checked.append(item[0])
+        if node.children:
+            stack.extend((child, entry, key) for key, child in reversed(_skops.children(node)))
     for name, items in batches.items():
-        _run(VALIDATORS.get(name), items, path)
+        _run(table[name], items, path)
     return checked
+
+
+def _keys(entry: tuple[Any, Any, Any]) -> list[Any]:
+    keys = []
+    while entry is not None:
+        keys.append(entry[2])
+        entry = entry[1]
+    return keys[::-1]
 
 
 def _run(validator: Validator, items: list[tuple[str, Any]], path: Path) -> None:

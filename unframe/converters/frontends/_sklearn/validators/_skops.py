@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator
 from typing import Any
 from zipfile import ZipFile
 
@@ -73,27 +72,32 @@ def loader(node: Any) -> str:
     return type(node).__name__
 
 
-def children(node: Any) -> Iterator[tuple[str, Any]]:
-    """(key, child node) of every node skops constructs this one from. A reduce node's
-    ``constructor`` is skipped: skops builds it from the node's own type name, which the node's
-    validator covers."""
+_REDUCE_LOADERS = frozenset({"TreeNode", "LossNode", "ReduceNode"})
+
+
+def children(node: Any) -> list[tuple[Any, Any]]:
+    """(key, child node) of every node skops constructs this one from; a key is a string, or an
+    int for a list item (``path`` renders them). A reduce node's ``constructor`` is skipped:
+    skops builds it from the node's own type name, which the node's validator covers."""
+    from skops.io._audit import Node
+
+    out: list[tuple[Any, Any]] = []
     for key, child in node.children.items():
-        if key == "constructor" and loader(node) in ("TreeNode", "LossNode", "ReduceNode"):
-            continue
-        if isinstance(child, list):
-            yield from ((f"[{i}]", c) for i, c in enumerate(child) if _is_node(c))
+        if isinstance(child, Node):
+            if key != "constructor" or type(node).__name__ not in _REDUCE_LOADERS:
+                out.append(("" if key in ("content", "attrs") else key, child))
+        elif isinstance(child, list):
+            out.extend((i, c) for i, c in enumerate(child) if isinstance(c, Node))
         elif isinstance(child, dict):
-            yield from ((_attr(k), c) for k, c in child.items() if _is_node(c))
-        elif _is_node(child):
-            yield ("" if key in ("content", "attrs") else _attr(key), child)
+            out.extend((k, c) for k, c in child.items() if isinstance(c, Node))
+    return out
 
 
-def _attr(key: Any) -> str:
-    return f".{key}" if isinstance(key, str) and key.isidentifier() else f"[{key!r}]"
-
-
-def _is_node(obj: Any) -> bool:
-    return hasattr(obj, "children") and hasattr(obj, "construct")
+def path(keys: list[Any]) -> str:
+    """``estimators_[3].tree_`` from the keys of a walk."""
+    text = "".join(f"[{k}]" if isinstance(k, int) else
+                   f".{k}" if k.isidentifier() else f"[{k!r}]" for k in keys if k != "")
+    return text.lstrip(".") or "the model"
 
 
 # --- typed reads ------------------------------------------------------------------------------
