@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import sys
 from pathlib import Path
 
 import onnx
@@ -10,6 +12,23 @@ import pytest
 from spine_utils import mlp_model
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+
+def _torchvision_shim() -> None:
+    """torchvision's registry wheel needs model_zoo/build/torchvision_shim.py to import with the
+    CPU torch pin, and transformers imports torchvision whenever it is installed: hook it for
+    the whole test process (nothing is imported until torchvision is)."""
+    path = Path(__file__).resolve().parents[1] / "model_zoo" / "build" / "torchvision_shim.py"
+    spec = importlib.util.spec_from_file_location("torchvision_shim", path)
+    if spec is None or spec.loader is None or "torchvision_shim" in sys.modules:
+        return
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["torchvision_shim"] = module
+    spec.loader.exec_module(module)
+    module.install_import_hook()
+
+
+_torchvision_shim()
 
 
 @pytest.fixture

@@ -134,3 +134,48 @@ def test_ml_opset_moves_the_ml_domain(tmp_path: Path):
     assert res.exit_code == 0, res.output
     assert [n.op_type for n in onnx.load(out5).graph.node] == ["TreeEnsemble"]
     np.testing.assert_array_equal(ort.InferenceSession(str(out5)).run(None, {"x": x})[0], want)
+
+
+def _digest(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _one_big_external_tensor(folder: Path) -> Path:
+    """y = tanh(x @ W) with W [4096, 4096] float32: one 64 MiB tensor in external data (the size
+    at which the ONNX stage used to replace it with empty data and refuse the model)."""
+    from onnx import numpy_helper
+
+    rng = np.random.default_rng(0)
+    w = (rng.standard_normal((4096, 4096), dtype=np.float32) / 64.0)
+    assert w.nbytes >= 64 * 1024 * 1024
+    tensor = numpy_helper.from_array(w, "W")
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "W"], ["h"]), helper.make_node("Tanh", ["h"], ["y"])],
+                              "big", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4096])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4096])], [tensor])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    path = folder / "big.onnx"
+    onnx.save_model(model, path, save_as_external_data=True, all_tensors_to_one_file=True,
+              location="big.onnx.data")
+    return path
+
+
+def test_a_single_external_tensor_of_64_mib_converts(tmp_path: Path):
+    src = _one_big_external_tensor(tmp_path)
+    data = tmp_path / "big.onnx.data"
+    before = (data.stat().st_mtime_ns, data.stat().st_size, _digest(data))
+    out = tmp_path / "out" / "big17.onnx"
+    out.parent.mkdir()
+    result = unframe.convert_opset(src, 17, output=out)
+    assert result.report and result.report.stages[0].scale > 0.1  # outputs of order 1
+    assert (data.stat().st_mtime_ns, data.stat().st_size, _digest(data)) == before  # untouched
+    saved = onnx.load(out, load_external_data=False)
+    assert saved.opset_import[0].version == 17
+    assert saved.graph.initializer[0].data_location == TensorProto.EXTERNAL
+    x = np.random.default_rng(1).standard_normal((2, 4096)).astype(np.float32)
+    ref = ort.InferenceSession(str(src)).run(None, {"x": x})[0]
+    got = ort.InferenceSession(str(out)).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
+    assert unframe.check(src, to="onnx")  # pre-flight agrees

@@ -5,6 +5,7 @@ The public API is loaded lazily so that ``import unframe`` imports no framework.
     unframe.convert(model, to="onnx", sample_inputs=x, output="model.onnx")
     unframe.convert_opset("model.onnx", 21, output="model21.onnx")
     unframe.check("model.onnx", to="coreml")
+    unframe.compare("model.onnx", "model.mlpackage", intermediates=True)
     unframe.load("model.onnx"); unframe.save(model, "out.onnx")
 """
 
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["convert", "convert_opset", "check", "load", "save", "__version__"]
+__all__ = ["convert", "convert_opset", "check", "compare", "load", "save", "__version__"]
 
 
 def _version() -> str:
@@ -22,7 +23,7 @@ def _version() -> str:
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("convert", "convert_opset", "check", "load", "save"):
+    if name in ("convert", "convert_opset", "check", "compare", "load", "save"):
         from unframe import api
 
         return getattr(api, name)

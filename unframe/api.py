@@ -183,6 +183,7 @@ def convert(source: Any, *, from_: str | None = None, to: str | list[str] = "onn
             atol: Any = None, rtol: Any = None, trust: bool = False, force: bool = False,
             static: bool = False, dynamic: list[tuple[str, int, str | None]] | None = None,
             explain: bool = False, ml_opset: int | None = None, strict_parity: bool = False,
+            locate: bool | float = True, debug_dir: str | os.PathLike[str] | None = None,
             observer: pl.Observer | None = None, **options: Any) -> Any:
     """Convert ``source`` (a file path or a framework object) to ``to``: "onnx", "coreml",
     "tensorrt", a comma list or list of them, or "all" (every backend usable here).
@@ -194,8 +195,14 @@ def convert(source: Any, *, from_: str | None = None, to: str | list[str] = "onn
     Stage options (``exporter``, ``signature``, ``precision``, ``shapes``...) are keyword
     arguments; one no stage of the route reads is a ``UsageError``. A parity stage whose reference
     is degenerate (near zero, constant, non-finite) even on other drawn inputs is *weak*;
-    ``strict_parity=True`` makes that a failure."""
+    ``strict_parity=True`` makes that a failure. When a stage fails, the divergence locator
+    (``locate=True``, or a time cap in seconds) names the first diverging node on the
+    ``ParityError`` (``.divergence``) and writes a repro and an error plot under ``debug_dir``
+    (default: beside the output)."""
     settings = pl.Settings(validate=validate, strict=strict_parity, trust=trust, force=force, atol=atol, rtol=rtol,
+                           locate=bool(locate), debug_dir=Path(debug_dir) if debug_dir is not None else None,
+                           locate_seconds=pl.Settings.locate_seconds if isinstance(locate, bool)
+                           else float(locate),
                            spec=InputSpec(tensors=_parse_inputs(inputs), samples=_samples(sample_inputs),
                                           static=static, dynamic=list(dynamic or [])),
                            options=dict(options))
@@ -214,23 +221,26 @@ def convert(source: Any, *, from_: str | None = None, to: str | list[str] = "onn
 def run(route: Route, request: Request, observer: pl.Observer, multi: bool) -> Any:
     """Run a planned route: the prefix once, then each target's branch on its own fork."""
     t0 = time.perf_counter()
-    flow = pl.Flow(request.settings, request.source, route.load.frontend)
-    pl.run_stages(route.prefix, flow, observer)
     outcome = MultiResult(route)
-    last = len(route.branches) - 1
-    for i, branch in enumerate(route.branches):
-        fork = flow.fork(clone=i < last)
-        try:
-            pl.run_stages(branch.stages, fork, observer)
-            outcome.results[branch.name] = _result(route, branch, fork)
-        except UnframeError as exc:
-            fork.cleanup()
-            if not multi:
+    first_output = route.branches[0].output if route.branches else None
+    with pl.running(pl.Flow(request.settings, request.source, route.load.frontend,
+                            output=first_output)) as flow:
+        pl.run_stages(route.prefix, flow, observer)
+        last = len(route.branches) - 1
+        for i, branch in enumerate(route.branches):
+            fork = flow.fork(clone=i < last)
+            fork.output = branch.output
+            try:
+                pl.run_stages(branch.stages, fork, observer)
+                outcome.results[branch.name] = _result(route, branch, fork)
+            except UnframeError as exc:
+                fork.cleanup()
+                if not multi:
+                    raise
+                outcome.errors[branch.name] = exc
+            except BaseException:
+                fork.cleanup()
                 raise
-            outcome.errors[branch.name] = exc
-        except BaseException:
-            fork.cleanup()
-            raise
     outcome.timings = {**flow.timings, "total": time.perf_counter() - t0}
     if not multi:
         result = outcome.results[route.branches[0].name]
@@ -289,11 +299,11 @@ def check(source: Any, *, from_: str | None = None, to: str | list[str] = "onnx"
     route = plan(request)
     fe = route.load.frontend
     fe.ensure_available()
-    flow = pl.Flow(settings, request.source, fe)
-    pl.run_stages(route.prefix, flow, pl.Observer())
     out = MultiCheck(route)
-    for branch in route.branches:
-        out.results[branch.name] = _check_branch(route, branch, flow)
+    with pl.running(pl.Flow(settings, request.source, fe)) as flow:
+        pl.run_stages(route.prefix, flow, pl.Observer())
+        for branch in route.branches:
+            out.results[branch.name] = _check_branch(route, branch, flow)
     return out if _is_multi(to, route) else out.results[route.branches[0].name]
 
 
@@ -314,13 +324,29 @@ def _check_branch(route: Route, branch: Branch, flow: pl.Flow) -> CheckResult:
 def convert_opset(model: Any, opset: int, *, output: str | os.PathLike[str] | None = None,
                   validate: bool = True, force: bool = False, sample_inputs: Any = None,
                   atol: Any = None, rtol: Any = None, ml_opset: int | None = None,
-                  strict_parity: bool = False) -> ConversionResult:
+                  strict_parity: bool = False, locate: bool | float = True,
+                  debug_dir: str | os.PathLike[str] | None = None) -> ConversionResult:
     """Move an ONNX model (path, ModelProto or onnx_ir.Model) to another opset, checked with
     onnxruntime against the original. ``ml_opset`` moves the ``ai.onnx.ml`` domain too. With
     ``validate=False`` no parity inputs are drawn (models with sequence inputs convert)."""
     return convert(model, from_="onnx", to="onnx", opset=opset, output=output, validate=validate,
                    force=force, sample_inputs=sample_inputs, atol=atol, rtol=rtol, ml_opset=ml_opset,
-                   strict_parity=strict_parity)
+                   strict_parity=strict_parity, locate=locate, debug_dir=debug_dir)
+
+
+def compare(a: str | os.PathLike[str], b: str | os.PathLike[str], *, sample_inputs: Any = None,
+            atol: Any = None, rtol: Any = None, intermediates: bool = False,
+            debug_dir: str | os.PathLike[str] | None = None, seconds: float = 120.0) -> Any:
+    """Run two artifacts (.onnx, .mlpackage, .engine on a GPU) on the same inputs and check every
+    output (a ``CompareResult``, truthy when they agree). ``intermediates=True`` also finds the
+    first node where they part, with its repro and error plot under ``debug_dir``."""
+    from unframe.locate.compare import compare_artifacts
+    from unframe.validate.inputs import as_feed_list
+
+    samples = _samples(sample_inputs)
+    return compare_artifacts(a, b, feeds=as_feed_list(samples) if samples is not None else None,
+                             atol=atol, rtol=rtol, intermediates=intermediates,
+                             debug_dir=debug_dir, seconds=seconds)
 
 
 def load(path: str | os.PathLike[str], *, from_: str | None = None, trust: bool = False, **options: Any) -> Any:

@@ -94,9 +94,12 @@ class ParityError(UnframeError):
     exit_code = 5
     kind = "parity"
 
-    def __init__(self, message: str, hint: str = "", *, report: Any = None):
+    def __init__(self, message: str, hint: str = "", *, report: Any = None, divergence: Any = None):
         self.report = report
+        self.divergence = divergence  # unframe.locate's Divergence, when the locator ran
         details = {"report": report.to_dict()} if report is not None else {}
+        if divergence is not None:
+            details["divergence"] = divergence.to_dict()
         super().__init__(message, hint, details=details)
 
 

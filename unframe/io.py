@@ -18,6 +18,7 @@ import tempfile
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -282,15 +283,16 @@ def tensor_bytes(model: ir.Model) -> int:
 
 def write_onnx(model: ir.Model, path: Path, *, external_data: bool | None = None) -> list[Path]:
     """Write ``model`` at ``path`` (in a staging folder); weights go to ``<name>.data`` beside it
-    when asked, or automatically above the protobuf size limit. Lazy external tensors are
-    streamed from their files, never all in memory."""
+    when asked, by default when the model came with external data (its layout is kept) or is above
+    the protobuf size limit. Lazy external tensors are streamed from their files, never all in
+    memory."""
+    has_ext = any(isinstance(v.const_value, ir.ExternalTensor) for v in model.graph.initializers.values())
     if external_data is None:
-        external_data = tensor_bytes(model) > EXTERNAL_DATA_THRESHOLD
+        external_data = has_ext or tensor_bytes(model) > EXTERNAL_DATA_THRESHOLD
     if external_data:
         data_name = f"{path.name}.data"
         ir.save(model, path, external_data=data_name, size_threshold_bytes=EXTERNAL_TENSOR_MIN_BYTES)
         return [path, path.parent / data_name]
-    has_ext = any(isinstance(v.const_value, ir.ExternalTensor) for v in model.graph.initializers.values())
     if has_ext:
         # Small enough to inline: read the weights into the protobuf.
         proto = ir.to_proto(model)
@@ -356,3 +358,55 @@ def read_provenance(metadata_props: dict[str, str]) -> dict[str, Any]:
             except (ValueError, TypeError):
                 out[key] = v
     return out
+
+
+# -------------------------------------------------------------------- weight-less protos ----
+SMALL_INITIALIZER_BYTES = 1 << 16  # kept inline: Reshape targets, axes... what inference reads
+
+
+def is_small_initializer(value: ir.Value) -> bool:
+    tensor = value.const_value
+    return tensor is not None and not isinstance(tensor, ir.ExternalTensor) \
+        and tensor.nbytes <= SMALL_INITIALIZER_BYTES
+
+
+@dataclass
+class Detached:
+    """A model's proto with its large main-graph initializers left out and declared as graph
+    inputs of the same type and shape: what the checker and shape inference need, no weight read
+    or copied. ``large`` are the values left out, ``added`` the names of the stand-in inputs."""
+
+    proto: onnx.ModelProto
+    large: list[ir.Value]
+    added: set[str]
+
+
+def detached_proto(model: ir.Model) -> Detached:
+    """Before: initializers W (40 MB, external), b (8 bytes)     After: inputs x, W; initializer b"""
+    initializers = model.graph.initializers
+    everything = list(initializers.values())
+    large = [v for v in everything if not is_small_initializer(v)]
+    for value in large:
+        initializers.pop(value.name)
+    try:
+        proto = ir.to_proto(model)
+    finally:
+        initializers.clear()
+        for value in everything:
+            initializers[value.name] = value
+    declared = {i.name for i in proto.graph.input}
+    added = set()
+    for value in large:
+        if value.name not in declared and value.type is not None:
+            info = onnx.ValueInfoProto(name=value.name)
+            info.type.CopyFrom(ir.serde.serialize_type(value.type))
+            if value.shape is not None:
+                ir.serde.serialize_shape_into(info.type, value.shape)
+            proto.graph.input.append(info)
+            added.add(value.name)
+    return Detached(proto, large, added)
+
+
+def light_proto(model: ir.Model) -> onnx.ModelProto:
+    """The model as a proto whose large initializers are declared as graph inputs instead."""
+    return detached_proto(model).proto

@@ -22,7 +22,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -55,6 +55,9 @@ class Settings:
 
     validate: bool = True
     strict: bool = False  # a weak parity stage (degenerate reference) fails instead of passing
+    locate: bool = True  # on a parity failure, find the first diverging node (unframe.locate)
+    locate_seconds: float = 120.0  # the locator's time cap
+    debug_dir: Path | None = None  # where the locator writes its repro and plot
     trust: bool = False
     force: bool = False
     atol: Any = None
@@ -134,6 +137,18 @@ class Flow:
     notes: list[str] = field(default_factory=list)
     _feeds: list[dict[str, Any]] | None = None
     redrawn: bool = False  # other feeds were tried once for a degenerate reference
+    before: ir.Model | None = None  # the graph as it was before the opset stage (for the locator)
+    output: Path | None = None  # where this branch writes (the locator's folder goes beside it)
+    divergence: Any = None  # what the locator found when a parity stage failed
+    # Contexts held for the whole run (the live-model guard): released by ``release()``
+    _held: ExitStack = field(default_factory=ExitStack)
+
+    def hold(self, context: AbstractContextManager[Any]) -> Any:
+        """Enter ``context`` until the run ends (``release``), on every outcome."""
+        return self._held.enter_context(context)
+
+    def release(self) -> None:
+        self._held.close()
 
     @property
     def validate(self) -> bool:
@@ -184,7 +199,8 @@ class Flow:
         self.report.add(stage)
         if not stage:
             raise ParityError(f"parity failed at the {stage.stage} stage ({stage.reference} vs "
-                              f"{stage.candidate}): {stage.reason}", hint, report=self.report)
+                              f"{stage.candidate}): {stage.reason}", hint, report=self.report,
+                              divergence=self.divergence)
 
     def work_dir(self, near: Path | None) -> Path:
         if self.workdir is None:
@@ -217,6 +233,12 @@ class Stage:
     def run(self, flow: Flow) -> None:
         raise NotImplementedError
 
+    def locate_plan(self, flow: Flow, tolerance: float) -> Any:
+        """A ``unframe.locate.LocatePlan`` for the divergence locator when this stage's parity
+        fails: the graph both sides share, a tap (or probe) into each, how to rerun this stage on
+        a small cut of the graph; None when nothing can look inside one side here."""
+        return None
+
     def compare_options(self, flow: Flow) -> dict[str, Any]:
         """How the parity stage after this one compares outputs (exact outputs, tolerances)."""
         export = flow.export
@@ -248,6 +270,7 @@ class LoadStage(Stage):
 
     def run(self, flow: Flow) -> None:
         fe = self.frontend
+        flow.hold(fe.preserve(self.source))  # a live model comes back as it was, on any outcome
         flow.native = fe.load(self.source, flow.settings.convert_options())
         if not fe.exports:  # the source is the graph already
             flow.model = flow.native
@@ -274,6 +297,16 @@ class ExportStage(Stage):
         flow.notes.extend(flow.export.notes)
         if flow.validate:
             flow.candidate = onnx_runner_of(flow.model)
+
+    def locate_plan(self, flow: Flow, tolerance: float) -> Any:
+        from unframe.locate import LocatePlan
+        from unframe.locate.taps import OnnxTap
+
+        source = self.frontend.tap(flow.native, flow.export)
+        if source is None:
+            return None
+        return LocatePlan(flow.model, source, OnnxTap(flow.model), reproduce=run_on_onnxruntime,
+                          source_of=source_namer(flow), tolerance=tolerance)
 
 
 class OpsetStage(Stage):
@@ -304,11 +337,29 @@ class OpsetStage(Stage):
         from unframe import version_converter
 
         flow.pin_runners()
+        if flow.validate and flow.settings.locate:
+            flow.before = model.clone()  # O(nodes); tensors are shared, never copied
         flow.conversion = version_converter.convert_opset(
             model, self.target, ml_target=self.ml_target if move_ml else None)  # raises with every blocker
         flow.opset_path.append(self.target)
         if flow.validate:
             flow.candidate = onnx_runner_of(model)
+
+    def locate_plan(self, flow: Flow, tolerance: float) -> Any:
+        from unframe.locate import LocatePlan
+        from unframe.locate.taps import OnnxTap
+
+        if flow.before is None:
+            return None
+
+        def reproduce(cut: ir.Model, feeds: dict[str, Any]) -> dict[str, Any]:
+            from unframe import version_converter
+
+            version_converter.convert_opset(cut, self.target)
+            return run_on_onnxruntime(cut, feeds)
+
+        return LocatePlan(flow.before, OnnxTap(flow.before), OnnxTap(flow.model), reproduce=reproduce,
+                          source_of=source_namer(flow), tolerance=tolerance)
 
 
 class BackendStage(Stage):
@@ -342,6 +393,24 @@ class BackendStage(Stage):
             flow.candidate = be.runner(flow.artifact, tgt)
         except RunnerUnavailable as why:
             flow.candidate = Unavailable(be.name, str(why))
+
+    def locate_plan(self, flow: Flow, tolerance: float) -> Any:
+        from unframe.locate import LocatePlan
+        from unframe.locate.locator import backend_reproducer
+        from unframe.locate.taps import OnnxTap
+
+        be, tgt = self.backend, self.target
+        tap = be.tap(flow.artifact, tgt)
+        probe = be.probe(flow.model, tgt) if tap is None else None
+        if tap is None and probe is None:
+            return None
+        # a cut of the graph has other inputs: the options that name the model's own go
+        cut_target = Target(tgt.name, tgt.opset, {k: v for k, v in tgt.options.items()
+                                                  if k not in INPUT_BOUND_OPTIONS})
+
+        return LocatePlan(flow.model, OnnxTap(flow.model), tap, probe=probe,
+                          reproduce=backend_reproducer(be, cut_target),
+                          source_of=source_namer(flow), tolerance=tolerance)
 
     def compare_options(self, flow: Flow) -> dict[str, Any]:
         return {**super().compare_options(flow),
@@ -383,6 +452,8 @@ class ParityStage(Stage):
         result = self._compare(flow, ref, candidate, flow.feeds)
         if result and result.weak and not flow.redrawn:
             result = self._redraw(flow, ref, candidate, result)
+        if not result and flow.settings.locate:
+            flow.divergence = locate_failure(self.checks, flow, result)
         flow.record(result)
         flow.reference = candidate
 
@@ -409,6 +480,58 @@ class ParityStage(Stage):
                 flow._feeds = feeds
                 return trial
         return weak
+
+
+def locate_failure(stage: Stage, flow: Flow, failed: StageParity) -> Any:
+    """Run the divergence locator for a failed stage, within its time cap. Never raises: a locator
+    that can't run says why in the Divergence (None when the stage offers nothing to look into)."""
+    from unframe.locate import Divergence, locate
+
+    try:
+        plan = stage.locate_plan(flow, stage_tolerance(failed))
+    except Exception as exc:  # a tap that can't be built here: the parity failure still stands
+        return Divergence(stage.kind, status="unavailable",
+                          reason=f"could not look inside the stage: {type(exc).__name__}: {exc}")
+    if plan is None:
+        return Divergence(stage.kind, status="unavailable",
+                          reason=f"nothing can look inside the {stage.kind} stage here")
+    return locate(plan, flow.feeds, stage=stage.kind, out_dir=debug_dir(flow, stage.kind),
+                  seconds=flow.settings.locate_seconds)
+
+
+def stage_tolerance(failed: StageParity) -> float:
+    """The failed stage's tolerance relative to a value's scale: the loosest rtol of its outputs
+    (the locator compares intermediates at the precision the stage was held to)."""
+    return max((o.rtol for o in failed.outputs), default=1e-3) or 1e-3
+
+
+def source_namer(flow: Flow) -> Callable[[Any], str]:
+    """node -> where in the user's model it comes from (the frontend knows its own)."""
+    return lambda node: flow.frontend.source_of(flow.native, node)
+
+
+def run_on_onnxruntime(model: ir.Model, feeds: dict[str, Any]) -> dict[str, Any]:
+    from unframe.validate.onnxruntime import onnx_runner
+
+    return onnx_runner(model).run(feeds)
+
+
+# backend options that name the model's own inputs or outputs (not a cut's)
+INPUT_BOUND_OPTIONS = frozenset({"sample_shapes", "shapes", "dims", "enumerated", "image_input",
+                                 "class_labels", "scale", "bias", "color_layout"})
+
+
+def debug_dir(flow: Flow, stage_kind: str) -> Path:
+    """The locator's folder: the one asked for, else beside the output (``m.onnx.debug/``), else a
+    new temporary folder (a Python call without an output)."""
+    if flow.settings.debug_dir is not None:
+        folder = Path(flow.settings.debug_dir) / stage_kind
+    elif flow.output is not None:
+        folder = flow.output.parent / f"{flow.output.name}.debug" / stage_kind
+    else:
+        folder = Path(tempfile.mkdtemp(prefix="unframe-debug-")) / stage_kind
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
 
 
 class WriteStage(Stage):
@@ -502,6 +625,16 @@ class Observer:
     @contextmanager
     def stage(self, stage: Stage) -> Iterator[None]:
         yield
+
+
+@contextmanager
+def running(flow: Flow) -> Iterator[Flow]:
+    """One run of a route over ``flow``: what its stages hold (a live model's guard) is released
+    when it ends, after a success, an error or a KeyboardInterrupt."""
+    try:
+        yield flow
+    finally:
+        flow.release()
 
 
 def run_stages(stages: list[Stage], flow: Flow, observer: Observer) -> None:

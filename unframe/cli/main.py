@@ -127,6 +127,10 @@ def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
             if as_json:
                 click.echo(json.dumps(exc.to_dict(), indent=2, default=str))
             click.echo(f"error: {exc if debug else error_line(exc)}", err=True)
+            divergence = getattr(exc, "divergence", None)
+            if divergence is not None and not as_json:
+                for line in divergence.lines():
+                    click.echo(f"  {line}", err=True)
             blockers = getattr(exc, "blockers", None) or []
             if blockers and not as_json:
                 shown = blockers if debug else blockers[:MAX_LISTED_BLOCKERS]
@@ -172,79 +176,133 @@ def _console() -> Any:
 
 
 # --------------------------------------------------------------------------------- convert --
+# What a conversion reads, shared by `convert` and `debug` (which runs the same route).
+CONVERSION_OPTIONS = [
+    click.argument("src"),
+    click.option("--from", "from_", metavar="F", help="Source framework: onnx, torch, tf, sklearn (default: detect)."),
+    click.option("--to", "to", default="onnx", show_default=True, metavar="T[,T...]",
+                 help="Targets: onnx, coreml, tensorrt, a comma list, or all (every backend usable here)."),
+    click.option("--opset", type=int, help="ONNX opset of the output (ONNX target)."),
+    click.option("--ml-opset", type=int, help="ai.onnx.ml opset of the output (default: the source's)."),
+    click.option("--strict-parity", is_flag=True, help="Fail a parity stage whose reference is degenerate (near zero, constant, non-finite)."),
+    click.option("--debug-dir", type=click.Path(), help="Where the locator writes its repro and plot (default: beside the output)."),
+    click.option("--atol", multiple=True, metavar="X|NAME=X", help="Absolute tolerance, for all outputs or one."),
+    click.option("--rtol", multiple=True, metavar="X|NAME=X", help="Relative tolerance, for all outputs or one."),
+    click.option("--trust", is_flag=True, help="Allow loading that runs code from the model file (pickle, Lambda)."),
+    click.option("--sample-inputs", type=click.Path(), help="An .npz of sample inputs by input name."),
+    click.option("--inputs", metavar="NAME:SHAPE:DTYPE,...", help="Input specs, e.g. x:1x3x224x224:float32."),
+    click.option("--static", is_flag=True, help="Freeze every dimension to the sample shapes."),
+    click.option("--dynamic", multiple=True, metavar="NAME:AXIS[:DIM]", help="Make another axis dynamic (torch)."),
+    click.option("--exporter", type=click.Choice(["dynamo", "torchscript"]), help="torch: force an exporter."),
+    click.option("--model", "model_factory", metavar="MODULE:FACTORY", help="torch: builds the model for a state dict (--trust)."),
+    click.option("--signature", help="tf: SavedModel signature (default serving_default)."),
+    click.option("--nchw-inputs", is_flag=True, default=None, help="tf: transpose NHWC image inputs to NCHW at the graph edge."),
+    click.option("--custom-objects", type=click.Path(), help="tf: a .py module defining custom Keras classes (needs --trust)."),
+    click.option("--zipmap", is_flag=True, default=None, help="sklearn: keep ZipMap on classifier probabilities."),
+    click.option("--float-precision", type=click.Choice(["auto", "float", "double"]), help="sklearn: float32 or double route."),
+    click.option("--precision", type=click.Choice(["fp32", "fp16", "bf16"]), help="coreml/tensorrt: compute precision."),
+    click.option("--target", "deploy_target", metavar="iOS16|iOS17|...", help="coreml: minimum deployment target."),
+    click.option("--dim", "dims", multiple=True, metavar="NAME:MIN:MAX", help="coreml: range of a dynamic dim."),
+    click.option("--enumerated", multiple=True, metavar="NAME:SHAPE,SHAPE",
+                 help="coreml: the only shapes an input takes, e.g. x:1x3x224x224,1x3x320x320."),
+    click.option("--image-input", help="coreml: treat this input as an image."),
+    click.option("--scale", type=float, help="coreml: image scale."),
+    click.option("--bias", help="coreml: image bias, comma-separated per channel."),
+    click.option("--color-layout", type=click.Choice(["RGB", "BGR", "G"]), help="coreml: image color layout."),
+    click.option("--class-labels", help="coreml: file with one class label per line."),
+    click.option("--shapes", multiple=True, metavar="NAME:MIN:OPT:MAX", help="tensorrt: profile shapes, e.g. x:1x3x64x64:4x3x64x64:8x3x64x64."),
+    click.option("--workspace", metavar="SIZE", help="tensorrt: workspace limit, e.g. 4GiB."),
+    click.option("--timing-cache", type=click.Path(), help="tensorrt: timing cache to load and save."),
+    click.option("--version-compatible", is_flag=True, default=None, help="tensorrt: version-compatible engine."),
+    click.option("--hardware-compatibility", metavar="LEVEL", help="tensorrt: e.g. ampere+."),
+    click.option("--builder-optimization-level", type=click.IntRange(0, 5), help="tensorrt: 0 (fast build) to 5."),
+]
+
+
+def conversion_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    for option in reversed(CONVERSION_OPTIONS):
+        fn = option(fn)
+    return fn
+
+
+def _conversion_call(common: dict[str, Any]) -> dict[str, Any]:
+    """The keyword arguments of ``api.convert`` from the shared options' values."""
+    from unframe.cli import options as opt
+
+    stage = {k: common.pop(k) for k in list(common) if k not in _CORE_OPTIONS}
+    return dict(
+        from_=common["from_"], to=common["to"], opset=common["opset"], ml_opset=common["ml_opset"],
+        strict_parity=common["strict_parity"], debug_dir=common["debug_dir"],
+        atol=opt.tolerance(common["atol"], "--atol"), rtol=opt.tolerance(common["rtol"], "--rtol"),
+        trust=common["trust"], sample_inputs=common["sample_inputs"], inputs=common["inputs"],
+        static=common["static"], dynamic=[opt.dynamic_axis(d) for d in common["dynamic"]],
+        **opt.stage_options(stage))
+
+
+_CORE_OPTIONS = {"from_", "to", "opset", "ml_opset", "strict_parity", "debug_dir", "atol", "rtol",
+                 "trust", "sample_inputs", "inputs", "static", "dynamic"}
+
+
 @cli.command()
-@click.argument("src")
-@click.option("--from", "from_", metavar="F", help="Source framework: onnx, torch, tf, sklearn (default: detect).")
-@click.option("--to", "to", default="onnx", show_default=True, metavar="T[,T...]",
-              help="Targets: onnx, coreml, tensorrt, a comma list, or all (every backend usable here).")
+@conversion_options
 @click.option("-o", "--output", type=click.Path(),
               help="Output path (.onnx, .mlpackage, .engine); a folder for several targets. "
                    "Default: beside SRC with the target's suffix.")
-@click.option("--opset", type=int, help="ONNX opset of the output (ONNX target).")
-@click.option("--ml-opset", type=int, help="ai.onnx.ml opset of the output (default: the source's).")
 @click.option("--explain", is_flag=True, help="Print the planned route and exit without converting.")
 @click.option("--no-validate", is_flag=True, help="Skip the parity checks (not recommended).")
-@click.option("--strict-parity", is_flag=True, help="Fail a parity stage whose reference is degenerate (near zero, constant, non-finite).")
-@click.option("--atol", multiple=True, metavar="X|NAME=X", help="Absolute tolerance, for all outputs or one.")
-@click.option("--rtol", multiple=True, metavar="X|NAME=X", help="Relative tolerance, for all outputs or one.")
-@click.option("--trust", is_flag=True, help="Allow loading that runs code from the model file (pickle, Lambda).")
+@click.option("--no-locate", is_flag=True, help="On a parity failure, skip finding the first diverging node.")
 @click.option("--force", is_flag=True, help="Replace an existing output.")
-@click.option("--sample-inputs", type=click.Path(), help="An .npz of sample inputs by input name.")
-@click.option("--inputs", metavar="NAME:SHAPE:DTYPE,...", help="Input specs, e.g. x:1x3x224x224:float32.")
-@click.option("--static", is_flag=True, help="Freeze every dimension to the sample shapes.")
-@click.option("--dynamic", multiple=True, metavar="NAME:AXIS[:DIM]", help="Make another axis dynamic (torch).")
-@click.option("--exporter", type=click.Choice(["dynamo", "torchscript"]), help="torch: force an exporter.")
-@click.option("--model", "model_factory", metavar="MODULE:FACTORY", help="torch: builds the model for a state dict (--trust).")
-@click.option("--signature", help="tf: SavedModel signature (default serving_default).")
-@click.option("--nchw-inputs", is_flag=True, default=None, help="tf: transpose NHWC image inputs to NCHW at the graph edge.")
-@click.option("--custom-objects", type=click.Path(), help="tf: a .py module defining custom Keras classes (needs --trust).")
-@click.option("--zipmap", is_flag=True, default=None, help="sklearn: keep ZipMap on classifier probabilities.")
-@click.option("--float-precision", type=click.Choice(["auto", "float", "double"]), help="sklearn: float32 or double route.")
-@click.option("--precision", type=click.Choice(["fp32", "fp16", "bf16"]), help="coreml/tensorrt: compute precision.")
-@click.option("--target", "deploy_target", metavar="iOS16|iOS17|...", help="coreml: minimum deployment target.")
-@click.option("--dim", "dims", multiple=True, metavar="NAME:MIN:MAX", help="coreml: range of a dynamic dim.")
-@click.option("--enumerated", multiple=True, metavar="NAME:SHAPE,SHAPE",
-              help="coreml: the only shapes an input takes, e.g. x:1x3x224x224,1x3x320x320.")
-@click.option("--image-input", help="coreml: treat this input as an image.")
-@click.option("--scale", type=float, help="coreml: image scale.")
-@click.option("--bias", help="coreml: image bias, comma-separated per channel.")
-@click.option("--color-layout", type=click.Choice(["RGB", "BGR", "G"]), help="coreml: image color layout.")
-@click.option("--class-labels", help="coreml: file with one class label per line.")
-@click.option("--shapes", multiple=True, metavar="NAME:MIN:OPT:MAX", help="tensorrt: profile shapes, e.g. x:1x3x64x64:4x3x64x64:8x3x64x64.")
-@click.option("--workspace", metavar="SIZE", help="tensorrt: workspace limit, e.g. 4GiB.")
-@click.option("--timing-cache", type=click.Path(), help="tensorrt: timing cache to load and save.")
-@click.option("--version-compatible", is_flag=True, default=None, help="tensorrt: version-compatible engine.")
-@click.option("--hardware-compatibility", metavar="LEVEL", help="tensorrt: e.g. ampere+.")
-@click.option("--builder-optimization-level", type=click.IntRange(0, 5), help="tensorrt: 0 (fast build) to 5.")
 @json_option
 @debug_option
 @handle_errors
-def convert(src: str, from_: str | None, to: str, output: str | None, opset: int | None,
-            ml_opset: int | None, explain: bool,
-            no_validate: bool, strict_parity: bool, atol: tuple[str, ...], rtol: tuple[str, ...], trust: bool, force: bool,
-            sample_inputs: str | None, inputs: str | None, static: bool, dynamic: tuple[str, ...],
-            as_json: bool, debug: bool, **stage_options: Any) -> None:
+def convert(src: str, output: str | None, explain: bool, no_validate: bool, no_locate: bool,
+            force: bool, as_json: bool, debug: bool, **common: Any) -> None:
     """Convert SRC (a model file, SavedModel folder, or module:factory with --trust) to --to."""
     from unframe import api
-    from unframe.cli import options as opt
     from unframe.cli.progress import observer_for
     from unframe.route import BESIDE_SOURCE
 
-    stage = opt.stage_options(stage_options)
     observer = observer_for(as_json)
     try:
-        result = api.convert(
-            src, from_=from_, to=to, output=output if output is not None else BESIDE_SOURCE, opset=opset,
-            ml_opset=ml_opset, explain=explain,
-            validate=not no_validate, strict_parity=strict_parity, atol=opt.tolerance(atol, "--atol"), rtol=opt.tolerance(rtol, "--rtol"),
-            trust=trust, force=force, sample_inputs=sample_inputs, inputs=inputs, static=static,
-            dynamic=[opt.dynamic_axis(d) for d in dynamic], observer=observer, **stage)
+        result = api.convert(src, output=output if output is not None else BESIDE_SOURCE,
+                             explain=explain, validate=not no_validate, locate=not no_locate,
+                             force=force, observer=observer, **_conversion_call(common))
     except api.PartialFailure as failure:  # the others were written: show them, then the error
         _print_result(failure.result, as_json, explain=False)
         raise
     finally:
         getattr(observer, "close", lambda: None)()
     _print_result(result, as_json, explain)
+
+
+@cli.command(name="debug")
+@conversion_options
+@click.option("--seconds", type=float, default=120.0, show_default=True, help="The locator's time cap per stage.")
+@json_option
+@debug_option
+@handle_errors
+def debug_cmd(src: str, seconds: float, as_json: bool, debug: bool, **common: Any) -> None:
+    """Run SRC's route to --to without writing any artifact, and at every stage that fails, find
+    the first diverging node: source location, error plot and a <= 5-node repro in --debug-dir."""
+    from unframe import api
+    from unframe.cli.progress import observer_for
+
+    call = _conversion_call(common)
+    if call["debug_dir"] is None:
+        from pathlib import Path
+
+        call["debug_dir"] = str(Path(f"{Path(src).name}.unframe-debug"))
+    observer = observer_for(as_json)
+    try:
+        result = api.convert(src, output=None, locate=seconds, observer=observer, **call)
+    except api.PartialFailure as failure:
+        _print_result(failure.result, as_json, explain=False)
+        raise
+    finally:
+        getattr(observer, "close", lambda: None)()
+    _print_result(result, as_json)
+    if not as_json:
+        click.echo("every stage agreed: nothing to locate (tighten --atol/--rtol to look closer)")
 
 
 def _print_result(result: Any, as_json: bool, explain: bool = False) -> None:
@@ -293,6 +351,8 @@ def escape(text: str) -> str:
 @click.option("-o", "--output", type=click.Path(), required=True, help="Output .onnx path.")
 @click.option("--no-validate", is_flag=True, help="Skip the onnxruntime parity check.")
 @click.option("--strict-parity", is_flag=True, help="Fail when the original's outputs are degenerate (near zero, constant, non-finite).")
+@click.option("--no-locate", is_flag=True, help="On a parity failure, skip finding the first diverging node.")
+@click.option("--debug-dir", type=click.Path(), help="Where the locator writes its repro and plot (default: beside the output).")
 @click.option("--force", is_flag=True, help="Replace an existing output.")
 @click.option("--sample-inputs", type=click.Path(), help="An .npz of sample inputs by input name.")
 @click.option("--atol", multiple=True, metavar="X|NAME=X")
@@ -301,7 +361,7 @@ def escape(text: str) -> str:
 @debug_option
 @handle_errors
 def opset(model: str, to_opset: int, ml_opset: int | None, output: str, no_validate: bool,
-          strict_parity: bool, force: bool,
+          strict_parity: bool, no_locate: bool, debug_dir: str | None, force: bool,
           sample_inputs: str | None, atol: tuple[str, ...], rtol: tuple[str, ...], as_json: bool,
           debug: bool) -> None:
     """Move an ONNX MODEL to another opset (up or down), checked against the original."""
@@ -309,8 +369,9 @@ def opset(model: str, to_opset: int, ml_opset: int | None, output: str, no_valid
     from unframe.cli import options as opt
 
     result = api.convert_opset(model, to_opset, output=output, validate=not no_validate, force=force,
-                               ml_opset=ml_opset, strict_parity=strict_parity,
-                               sample_inputs=sample_inputs, atol=opt.tolerance(atol, "--atol"),
+                               ml_opset=ml_opset, strict_parity=strict_parity, locate=not no_locate,
+                               debug_dir=debug_dir, sample_inputs=sample_inputs,
+                               atol=opt.tolerance(atol, "--atol"),
                                rtol=opt.tolerance(rtol, "--rtol"))
     _print_result(result, as_json)
 
@@ -366,6 +427,37 @@ def _check_table(con: Any, per_target: dict[str, Any]) -> None:
         table.add_row(name, "ok" if r else "blocked", str(len(r.blockers)),
                       escape(str(r.blockers[0])) if r.blockers else "-")
     con.print(table)
+
+
+# --------------------------------------------------------------------------------- compare --
+@cli.command(name="compare")
+@click.argument("a", type=click.Path())
+@click.argument("b", type=click.Path())
+@click.option("--intermediates", is_flag=True, help="Find the first node where A and B part (repro and plot).")
+@click.option("--sample-inputs", type=click.Path(), help="An .npz of inputs by input name (default: drawn from A's inputs).")
+@click.option("--atol", multiple=True, metavar="X|NAME=X")
+@click.option("--rtol", multiple=True, metavar="X|NAME=X")
+@click.option("--debug-dir", type=click.Path(), help="Where the repro and plot go (default: a new temporary folder).")
+@click.option("--seconds", type=float, default=120.0, show_default=True, help="The locator's time cap.")
+@json_option
+@debug_option
+@handle_errors
+def compare_cmd(a: str, b: str, intermediates: bool, sample_inputs: str | None, atol: tuple[str, ...],
+                rtol: tuple[str, ...], debug_dir: str | None, seconds: float, as_json: bool,
+                debug: bool) -> None:
+    """Run artifacts A and B (.onnx, .mlpackage, .engine on a GPU) on the same inputs and check
+    every output; exit 5 when they differ."""
+    from unframe import api
+    from unframe.cli import options as opt
+
+    result = api.compare(a, b, sample_inputs=sample_inputs, atol=opt.tolerance(atol, "--atol"),
+                         rtol=opt.tolerance(rtol, "--rtol"), intermediates=intermediates,
+                         debug_dir=debug_dir, seconds=seconds)
+    if as_json:
+        click.echo(json.dumps(result.to_dict(), indent=2, default=str))
+    else:
+        _console().print(str(result), markup=False)
+    sys.exit(0 if result else 5)
 
 
 # --------------------------------------------------------------------------------- inspect --

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 from abc import ABC, abstractmethod
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -189,8 +190,27 @@ class Frontend(_Component):
         """A runner of the source framework taking feeds and returning outputs by ONNX names
         (``export`` is None for a frontend that doesn't export)."""
 
+    def tap(self, native: Any, export: ExportResult) -> Any:
+        """A tap (``unframe.locate.taps.Tap``) giving the source framework's intermediate values
+        under the ONNX names they became, for the divergence locator; None when it has none."""
+        return None
+
+    def source_of(self, native: Any, node: Any) -> str:
+        """Where in the user's model an exported ONNX node comes from ("conv2 (Conv2d) at
+        model.py:30", "layer 'dense_1' (Dense)", "pipeline step 'scaler'"); "" when unknown.
+        By default, from what the exporter wrote on the node (``unframe.locate.origin``)."""
+        from unframe.locate.origin import node_origin
+
+        return node_origin(node)
+
     def describe(self, native: Any) -> str:
         return type(native).__name__
+
+    def preserve(self, source: Any) -> AbstractContextManager[Any]:
+        """A context manager that keeps a live model object exactly as it was: entered before
+        ``load``, exited when the run ends, whatever the outcome (see ``unframe.preserve``).
+        Inside, the model is in inference mode. Nothing to keep by default."""
+        return nullcontext()
 
 
 class Backend(_Component):
@@ -240,6 +260,17 @@ class Backend(_Component):
     def runner(self, artifact: Artifact, target: Target) -> Runner:
         """A runner of the artifact; raise RunnerUnavailable(reason) when this machine can't."""
         raise RunnerUnavailable(f"the {self.name} backend has no runner")
+
+    def tap(self, artifact: Artifact, target: Target) -> Any:
+        """A tap giving the artifact's intermediate values under ONNX names, for the divergence
+        locator; None when this machine can't (e.g. no GPU) or the backend has none."""
+        return None
+
+    def probe(self, model: ir.Model, target: Target) -> Any:
+        """For a runtime whose intermediates can only be seen by rebuilding it with extra outputs:
+        ``(names, feeds) -> values`` building and running the artifact with ``names`` marked as
+        outputs; None when this machine can't run it (the locator then bisects with it)."""
+        return None
 
     def tolerance(self, dtype: np.dtype, target: Target) -> tuple[float, float] | None:
         """Backend-specific default (atol, rtol) for a dtype, e.g. looser for fp16 compute."""

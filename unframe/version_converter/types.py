@@ -10,9 +10,8 @@ from __future__ import annotations
 import onnx
 import onnx_ir as ir
 
+from unframe.io import detached_proto, light_proto
 from unframe.opset import is_default_domain
-
-SMALL_INITIALIZER_BYTES = 1 << 16
 
 
 def _collect(graph: onnx.GraphProto, found: dict[str, onnx.TypeProto]) -> None:
@@ -26,17 +25,6 @@ def _collect(graph: onnx.GraphProto, found: dict[str, onnx.TypeProto]) -> None:
             elif attr.type == onnx.AttributeProto.GRAPHS:
                 for g in attr.graphs:
                     _collect(g, found)
-
-
-def _is_small(value: ir.Value) -> bool:
-    tensor = value.const_value
-    return tensor is not None and not isinstance(tensor, ir.ExternalTensor) and tensor.nbytes <= SMALL_INITIALIZER_BYTES
-
-
-def light_proto(model: ir.Model) -> onnx.ModelProto:
-    """The model as a proto whose large initializers are declared as graph inputs instead (no weight
-    is read or copied)."""
-    return Snapshot.take(model).proto
 
 
 class Snapshot:
@@ -85,28 +73,9 @@ class Snapshot:
 
     @classmethod
     def take(cls, model: ir.Model) -> Snapshot:
-        initializers = model.graph.initializers
-        everything = list(initializers.values())
-        large = [v for v in everything if not _is_small(v)]
-        for value in large:
-            initializers.pop(value.name)
-        try:
-            proto = ir.to_proto(model)
-        finally:
-            initializers.clear()
-            for value in everything:
-                initializers[value.name] = value
-        declared = {i.name for i in proto.graph.input}
-        added = set()
-        for value in large:
-            if value.name not in declared and value.type is not None:
-                info = onnx.ValueInfoProto(name=value.name)
-                info.type.CopyFrom(ir.serde.serialize_type(value.type))
-                if value.shape is not None:
-                    ir.serde.serialize_shape_into(info.type, value.shape)
-                proto.graph.input.append(info)
-                added.add(value.name)
-        return cls(proto, large, added, [v.name for v in everything],
+        order = list(model.graph.initializers)
+        detached = detached_proto(model)
+        return cls(detached.proto, detached.large, detached.added, order,
                    {id(node): i for i, node in enumerate(model.graph)})
 
     def restore(self, model: ir.Model) -> None:

@@ -37,6 +37,24 @@ def test_convert_keras_object_to_onnx(tmp_path: Path) -> None:
     np.testing.assert_allclose(got, model(x).numpy(), atol=1e-4, rtol=1e-3)
 
 
+def test_keras_sequential_object_converts() -> None:
+    """Keras 3's Sequential has no ``output_names``: its outputs are named as tf2onnx names them."""
+    import keras
+
+    keras.utils.set_random_seed(2)
+    model = keras.Sequential([keras.Input((5,)), keras.layers.Dense(7, activation="tanh"),
+                              keras.layers.Dense(3, name="scores")])
+    assert not hasattr(model, "output_names")
+    x = np.random.default_rng(2).standard_normal((4, 5)).astype(np.float32)
+    result = unframe.convert(model, to="onnx", sample_inputs=x)
+    assert result.report and result.report.stages[0].cases >= 1
+    names = [v.name for v in result.model.graph.outputs]
+    got = OnnxRuntimeRunner(result.model).run({result.model.graph.inputs[0].name: x})[names[0]]
+    want = model(x).numpy()
+    assert 0.1 < float(np.abs(want).max()) < 100
+    np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-4)
+
+
 def test_convert_with_sample_inputs_and_older_opset(tmp_path: Path) -> None:
     model = tf_models.two_inputs_two_outputs(0)
     rng = np.random.default_rng(2)

@@ -58,10 +58,11 @@ def remove_dead_values(model: ir.Model) -> None:
 
 
 def onnx_checker_blockers(model: ir.Model) -> list[Blocker]:
-    """onnx.checker (full check) and strict shape inference, as blockers."""
-    proto = ir.to_proto(model)
+    """onnx.checker and strict shape inference, as blockers, on the model's weight-less proto:
+    large initializers (external data included) are declared as typed graph inputs, so no weight
+    is read, copied or held twice, whatever its size."""
+    proto = io.light_proto(model)
     blockers: list[Blocker] = []
-    _strip_external(proto)
     try:
         onnx.checker.check_model(proto, full_check=False)
     except onnx.checker.ValidationError as exc:
@@ -71,24 +72,6 @@ def onnx_checker_blockers(model: ir.Model) -> list[Blocker]:
     except Exception as exc:  # InferenceError, ValidationError
         blockers.append(Blocker(op="model", reason=f"strict shape inference: {_one_line(exc)}"))
     return blockers
-
-
-def _strip_external(proto: onnx.ModelProto) -> None:
-    """The checker would try to open external files relative to the cwd; the loader already
-    validated them, so give it empty in-memory tensors of the right size instead."""
-    for t in io.iter_tensors(proto):
-        if t.data_location == onnx.TensorProto.EXTERNAL:
-            del t.external_data[:]
-            t.data_location = onnx.TensorProto.DEFAULT
-            t.raw_data = b"\0" * _nbytes_of(t)
-
-
-def _nbytes_of(t: onnx.TensorProto) -> int:
-    import numpy as np
-
-    n = int(np.prod(t.dims, dtype=np.int64)) if len(t.dims) else 1
-    itemsize = onnx.helper.tensor_dtype_to_np_dtype(t.data_type).itemsize
-    return n * itemsize if n * itemsize < 64 * 1024 * 1024 else 0
 
 
 def _one_line(exc: BaseException) -> str:

@@ -106,6 +106,17 @@ class TensorflowFrontend(Frontend):
             return native.load(source, opts.trust, opts.get("signature"),
                                opts.get("custom_objects"))
 
+    def preserve(self, source: Any) -> Any:
+        """A live Keras model is snapshotted and restored after the run (``_tf/preserve.py``)."""
+        import contextlib
+        import os
+
+        if isinstance(source, (str, os.PathLike)):
+            return contextlib.nullcontext()
+        from unframe.converters.frontends._tf.preserve import preserved
+
+        return preserved(source, f"the live {type(source).__name__}")
+
     def to_onnx(self, native: Any, spec: InputSpec, opts: ConvertOptions) -> ExportResult:
         from unframe.converters.frontends._tf.pipeline import export
 
@@ -124,6 +135,17 @@ class TensorflowFrontend(Frontend):
         with quiet_native_logs():  # its runs are quieted by the runner itself
             return make_runner(native, inputs, [v.name for v in export.model.graph.outputs],
                                export.extra.get("nchw_inputs", ()))
+
+    def tap(self, native: Any, export: ExportResult) -> Any:
+        from unframe.locate.keras_tap import KerasTap
+
+        return KerasTap(native, export) if native.kind == "keras" else None
+
+    def source_of(self, native: Any, node: Any) -> str:
+        from unframe.locate.keras_tap import layer_of_node
+
+        return (layer_of_node(native.obj, node) if native.kind == "keras" else "") or \
+            super().source_of(native, node)
 
     def describe(self, native: Any) -> str:
         kind = {"keras": "Keras model", "function": "tf.function", "saved_model": "SavedModel",

@@ -19,10 +19,22 @@ import onnx_ir as ir
 from unframe.converters.base import ConvertOptions, ExportResult, Frontend, InputSpec
 from unframe.converters.frontends._torch import export as exp
 from unframe.converters.frontends._torch import inputs as inp
-from unframe.converters.frontends._torch.runner import TorchRunner, callable_of, run_model
+from unframe.converters.frontends._torch import precision as prec
+from unframe.converters.frontends._torch.runner import (
+    TorchRunner,
+    callable_of,
+    device_of,
+    run_model,
+)
 from unframe.converters.frontends._torch.sources import is_factory_ref, load_factory, load_path
+from unframe.converters.frontends._torch.unwrap import (
+    default_samples,
+    prepare_hf,
+    quantization_modules,
+    unwrap,
+)
 from unframe.converters.registry import register_frontend
-from unframe.errors import ConversionError, UsageError
+from unframe.errors import ConversionError, UnsupportedError, UsageError
 from unframe.opset import main_opset
 from unframe.validate.runner import Runner
 
@@ -31,6 +43,8 @@ EXPORTERS = ("dynamo", "torchscript")
 _LOAD_NOTES: weakref.WeakKeyDictionary[Any, list[str]] = weakref.WeakKeyDictionary()
 # What a loaded source is called in notes ("the .pt2"), keyed by the native model.
 _SOURCE_NAMES: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+# Live modules that were training when handed in (the guard puts them in eval mode first).
+_WAS_TRAINING: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
 
 
 @register_frontend
@@ -44,7 +58,7 @@ class TorchFrontend(Frontend):
     suffixes = (".pt2", ".pt", ".pth")
     object_types = ("torch.nn.modules.module.Module",
                     "torch.export.exported_program.ExportedProgram")
-    option_names = ("exporter", "model_factory", "dynamic", "output_names")
+    option_names = ("exporter", "model_factory", "dynamic", "output_names", "precision")
 
     def distributions(self) -> tuple[str, ...]:
         return ("torch", "onnxscript", "onnx-ir")
@@ -68,24 +82,43 @@ class TorchFrontend(Frontend):
             native, notes = load_path(Path(source), trust=opts.trust,
                                       model_factory=opts.get("model_factory"))
             _SOURCE_NAMES[native] = f"the {Path(source).suffix or 'file'}"
-        elif isinstance(source, (torch.nn.Module, torch.export.ExportedProgram)):
+        elif isinstance(source, torch.nn.Module):
+            native, notes = unwrap(source, type(source).__name__)
+            if _WAS_TRAINING.pop(source, False):
+                notes.append(f"{type(source).__name__} was in training mode: exported in eval "
+                             "mode, and restored to training mode after")
+        elif isinstance(source, torch.export.ExportedProgram):
             native, notes = source, []
         else:
             raise UsageError(f"the torch frontend can't take a {type(source).__name__}",
                              "pass an nn.Module, an ExportedProgram or a torch file")
-        if isinstance(native, torch.nn.Module) and native.training:
-            native.eval()
-            notes.append(f"{type(native).__name__} was in training mode; set to eval() for export")
         _LOAD_NOTES[native] = notes
         return native
+
+    def preserve(self, source: Any) -> Any:
+        """A live module (wrappers included) is snapshotted and restored after the run; inside
+        it is in eval mode. A file source gets the process state (RNGs) kept."""
+        import torch
+
+        from unframe.converters.frontends._torch.preserve import preserved
+
+        if isinstance(source, torch.nn.Module) and any(m.training for m in source.modules()):
+            _WAS_TRAINING[source] = True
+        return preserved(source, f"the live {type(source).__name__}")
 
     # ---------------------------------------------------------------------------- export --
     def to_onnx(self, native: Any, spec: InputSpec, opts: ConvertOptions) -> ExportResult:
         what = self.describe(native)
+        notes = list(_LOAD_NOTES.get(native, []))
+        notes += prepare_hf(native, spec.samples)
+        cast = prec.apply(native, opts.get("precision"), what)  # in place: the guard restores it
         inputs = self._inputs(native, _with_option_dynamic(spec, opts), what)
+        if cast is not None:
+            notes.append(cast.note)
+            prec.cast_inputs(inputs, cast)
+        inp.to_device(inputs, device_of(callable_of(native)))  # a CUDA model is exported there
         eager = run_model(callable_of(native), inputs.args, inputs.kwargs, what)
         outputs = inp.output_names(eager, opts.get("output_names"))
-        notes = list(_LOAD_NOTES.get(native, []))
         if _is_exported_program(native) and (spec.dynamic or spec.static):
             notes.append("an ExportedProgram's shapes were fixed by torch.export; "
                          "--static/--dynamic don't change them")
@@ -111,8 +144,10 @@ class TorchFrontend(Frontend):
         import torch
 
         fn = callable_of(native)
-        if spec.samples is not None:
-            args, kwargs = inp.from_samples(fn, spec.samples, what)
+        samples = spec.samples if spec.samples is not None else (
+            None if spec.tensors else default_samples(native))
+        if samples is not None:
+            args, kwargs = inp.from_samples(fn, samples, what)
         elif spec.tensors:
             args, kwargs = inp.from_tensor_specs(fn, spec.tensors, what)
         elif isinstance(native, torch.export.ExportedProgram) and \
@@ -132,7 +167,8 @@ class TorchFrontend(Frontend):
         wanted = opts.opset or self.default_opset()
         failures: list[str] = []
         data_dependent = False
-        for route in ([forced] if forced else _routes(native, notes)):
+        tried = (forced,) if forced else _routes(native, notes)
+        for route in tried:
             bounds = exp.DYNAMO_OPSETS if route == "dynamo" else exp.TORCHSCRIPT_OPSETS
             opset = exp.clamp(wanted, bounds)
             workdir = exp.new_workdir() if route == "torchscript" else None
@@ -151,19 +187,29 @@ class TorchFrontend(Frontend):
                 notes.append(f"the {route} exporter supports opsets {bounds[0]}-{bounds[1]}: "
                              f"exported at {opset}, the version converter takes it to {wanted}")
             return model, route, workdir
-        raise exp.conversion_error("; ".join(failures), data_dependent) if len(failures) == 1 \
-            else ConversionError(" | ".join(failures),
-                                 "simplify the model (static shapes, no data-dependent branches) "
-                                 "or export it to ONNX yourself")
+        quantized = quantization_modules(native)
+        if quantized:
+            raise UnsupportedError(
+                f"{what} has quantized or fake-quantized modules ({', '.join(quantized)}) that "
+                f"neither torch.onnx exporter takes: {failures[0]}",
+                "convert a QAT model first (torch.ao.quantization.convert, or torchao's "
+                "convert_pt2e) and pass the result, or export the float model")
+        raise exp.conversion_error(failures, data_dependent, tried,
+                                   exported_program=_is_exported_program(native))
 
     def _run_exporter(self, route: str, native: Any, inputs: inp.ModelInputs, outputs: list[str],
                       opset: int, workdir: Any) -> ir.Model:
         import torch
 
         if route == "dynamo":
-            return exp.export_dynamo(native, inputs, outputs, opset)
-        model = native.module() if isinstance(native, torch.export.ExportedProgram) else native
-        return exp.export_torchscript(model, inputs, outputs, opset, Path(workdir.name))
+            return exp.export_dynamo(native, inputs, outputs, opset,
+                                     optimize=prec.optimizer_safe(native))
+        if isinstance(native, torch.export.ExportedProgram):
+            if _exported_shapes_static(native):  # the program's guards hold it to its shapes
+                inputs = replace(inputs, dynamic={}, batch=None)
+            return exp.export_torchscript(exp.unlifted(native, inputs), inputs, outputs, opset,
+                                          Path(workdir.name))
+        return exp.export_torchscript(native, inputs, outputs, opset, Path(workdir.name))
 
     def _adopt_graph_names(self, model: ir.Model, inputs: inp.ModelInputs, outputs: list[str],
                            what: str) -> None:
@@ -187,6 +233,11 @@ class TorchFrontend(Frontend):
     def runner(self, native: Any, export: ExportResult) -> Runner:
         return TorchRunner(native, export.extra["inputs"], export.extra["output_names"],
                            self.describe(native))
+
+    def tap(self, native: Any, export: ExportResult) -> Any:
+        from unframe.locate.torch_tap import TorchTap
+
+        return TorchTap(native, export)
 
     def describe(self, native: Any) -> str:
         import torch

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import json
 import shutil
+import weakref
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import onnx_ir as ir
@@ -25,6 +26,9 @@ from unframe.converters.registry import register_backend
 from unframe.errors import Blocker, ConversionError, UnsupportedError, UsageError
 from unframe.validate.runner import Runner, TensorSpec
 
+if TYPE_CHECKING:
+    from unframe.converters.backends.coreml.translate import Translation
+
 CANONICAL_OPSET = 21
 PRECISIONS = ("fp16", "fp32")
 # The ONNX opset a model is brought to, per MIL opset (deployment target). The translators in
@@ -32,6 +36,9 @@ PRECISIONS = ("fp16", "fp32")
 # which MIL ops they emit, not which ONNX opset they read. A translator set written for a newer
 # opset would add a row here.
 ONNX_OPSET_BY_IOS = {15: CANONICAL_OPSET, 16: CANONICAL_OPSET, 17: CANONICAL_OPSET, 18: CANONICAL_OPSET}
+# The last translation of each model in flight: a check and the convert after it translate once.
+# Weak keys: a model that is gone takes its translation with it.
+_TRANSLATIONS: weakref.WeakKeyDictionary[ir.Model, tuple[str, Translation]] = weakref.WeakKeyDictionary()
 
 
 @register_backend
@@ -58,14 +65,36 @@ class CoreMLBackend(Backend):
     def pick_opset(self, target: Target, requested: int | None) -> int:
         return self.opset_window(target)[1]
 
-    # -- pre-flight ----------------------------------------------------------------------------
+    # -- pre-flight: the translation, run dry -------------------------------------------------
     def check(self, model: ir.Model, target: Target) -> list[Blocker]:
+        return self.check_with_notes(model, target)[0]
+
+    def check_with_notes(self, model: ir.Model, target: Target) -> tuple[list[Blocker], list[str]]:
+        """The same translation ``convert`` runs (legalization and the MIL program, nothing
+        written, no parity), so check and convert can't disagree. Without coremltools only the
+        static checks run, and a note says so."""
         from unframe.converters.backends.coreml.translate import check_model, ios_of
 
         ios = ios_of(target.get("target"))
-        blockers = check_model(model, ios)
-        blockers.extend(_option_blockers(model, target))
-        return blockers
+        options = _option_blockers(model, target)
+        if self.missing():
+            return check_model(model, ios) + options, [
+                "coremltools is not installed: the translation was not tried (static checks only)"]
+        translation = self._translation(model, target)
+        return translation.blockers + options, list(translation.notes)
+
+    def _translation(self, model: ir.Model, target: Target) -> Translation:
+        """The model's translation for ``target``, built once for a check and the convert that
+        follows it (``convert`` takes it out of the cache: coremltools' converter changes it)."""
+        from unframe.converters.backends.coreml.translate import ios_of, translate
+
+        key = _options_key(target)
+        cached = _TRANSLATIONS.get(model)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        translation = translate(model, ios_of(target.get("target")), target.options)
+        _TRANSLATIONS[model] = (key, translation)
+        return translation
 
     # -- conversion ----------------------------------------------------------------------------
     def convert(self, model: ir.Model, target: Target, workdir: Path) -> Artifact:
@@ -74,14 +103,19 @@ class CoreMLBackend(Backend):
         if blockers:
             raise UnsupportedError(f"the model can't be converted to CoreML ({len(blockers)} blockers)",
                                    "run `unframe check --to coreml` for the list", blockers=blockers)
-        mlmodel, names, plans = _build(model, target)
+        translation = _TRANSLATIONS.pop(model)[1]
+        mlmodel = _build(translation, target)
+        name_map, plans = translation.names, translation.plans
+        names = name_map.mapping
         kind = "mlpackage"
         path = Path(workdir) / "model.mlpackage"
         mlmodel.save(str(path))
         meta = {"unframe.names": json.dumps(names, sort_keys=True),
+                "unframe.values": json.dumps(name_map.values, sort_keys=True),
                 "unframe.target": target.get("target", "iOS16"),
                 "unframe.precision": _precision(target)}
-        artifact = Artifact(kind=kind, model=mlmodel, path=path, metadata=meta)
+        artifact = Artifact(kind=kind, model=mlmodel, path=path, metadata=meta,
+                            notes=list(translation.notes))
         artifact.metadata["unframe.io"] = json.dumps(_io_record(model, names, plans, mlmodel))
         _write_metadata(artifact)
         return artifact
@@ -94,6 +128,14 @@ class CoreMLBackend(Backend):
         if artifact.path is None:
             raise RunnerUnavailable("the CoreML artifact was not written to disk")
         return CoreMLRunner(MILRunner(artifact.path), json.loads(artifact.metadata["unframe.io"]))
+
+    def tap(self, artifact: Artifact, target: Target) -> Any:
+        from unframe.locate.taps import MilTap
+
+        if artifact.path is None:
+            return None
+        return MilTap(artifact.path, json.loads(artifact.metadata["unframe.io"]),
+                      json.loads(artifact.metadata.get("unframe.values", "{}")))
 
     def tolerance(self, dtype: np.dtype, target: Target) -> tuple[float, float] | None:
         if _precision(target) == "fp16" and np.dtype(dtype).kind == "f":
@@ -149,26 +191,16 @@ def _option_blockers(model: ir.Model, target: Target) -> list[Blocker]:
     return out
 
 
-def _build(model: ir.Model, target: Target) -> tuple[Any, dict[str, str], list[Any]]:
+def _build(translation: Translation, target: Target) -> Any:
+    """coremltools' converter on the translated program: its passes and the ML Program."""
     import contextlib
     import io
 
     from unframe.converters.backends.coreml.mil_eval._ct import import_coremltools
+    from unframe.converters.backends.coreml.translate import ct_inputs, ct_target, ios_of
 
     ct = import_coremltools()
-    from unframe.converters.backends.coreml.translate import (
-        NameMap,
-        build_program,
-        ct_inputs,
-        ct_target,
-        ios_of,
-        plan_inputs,
-    )
-
     ios = ios_of(target.get("target"))
-    names = NameMap()
-    plans = plan_inputs(model, names, target.options)
-    prog = build_program(model, ios, plans, names)
     precision = ct.precision.FLOAT16 if _precision(target) == "fp16" else ct.precision.FLOAT32
     kwargs: dict[str, Any] = {}
     labels = target.get("class_labels")
@@ -177,15 +209,18 @@ def _build(model: ir.Model, target: Target) -> tuple[Any, dict[str, str], list[A
     try:
         # ct.convert draws a tqdm progress bar per pass pipeline on stderr: keep the CLI's output ours
         with contextlib.redirect_stderr(io.StringIO()):
-            mlmodel = ct.convert(prog, convert_to="mlprogram", minimum_deployment_target=ct_target(ios),
-                                 compute_precision=precision,
-                                 inputs=ct_inputs(plans, target.options) or None,
-                                 skip_model_load=True, **kwargs)
+            return ct.convert(translation.program, convert_to="mlprogram",
+                              minimum_deployment_target=ct_target(ios), compute_precision=precision,
+                              inputs=ct_inputs(translation.plans, target.options) or None,
+                              skip_model_load=True, **kwargs)
     except Exception as exc:
         raise ConversionError(f"coremltools could not convert the MIL program: {type(exc).__name__}: "
                               f"{str(exc).splitlines()[0] if str(exc) else ''}",
                               "report it with the model; `unframe check --to coreml` lists known limits") from exc
-    return mlmodel, names.mapping, plans
+
+
+def _options_key(target: Target) -> str:
+    return repr(sorted((str(k), repr(v)) for k, v in target.options.items()))
 
 
 def _labels(labels: Any) -> list[Any]:

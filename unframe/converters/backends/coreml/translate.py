@@ -70,6 +70,8 @@ class NameMap:
     def __init__(self) -> None:
         self.mapping: dict[str, str] = {}
         self._used: set[str] = set()
+        # ONNX value -> the MIL var that computes it, as built (for the divergence locator)
+        self.values: dict[str, str] = {}
 
     def add(self, onnx_name: str) -> str:
         if onnx_name in self.mapping:
@@ -92,6 +94,7 @@ class NameMap:
 class GraphTranslator:
     ios: int
     names: NameMap = field(default_factory=NameMap)
+    at: ir.Node | None = None  # the node being translated (named by a failure)
 
     def run_graph(self, graph: ir.Graph, env: dict[str, Var]) -> None:
         from coremltools.converters.mil import Builder as mb
@@ -109,6 +112,7 @@ class GraphTranslator:
                                   "run `unframe check` to list every unsupported op")
         inputs = [env[v.name] if v is not None and v.name else None for v in node.inputs]
         ctx = TranslateContext(node, inputs, self.ios, self, env)
+        self.at = node
         try:
             result = spec.fn(ctx)
         except ConversionError:
@@ -117,9 +121,12 @@ class GraphTranslator:
             raise ConversionError(f"node {node.name!r} [{node.op_type}]: {type(exc).__name__}: {exc}",
                                   "report it with the model, or pick another target") from exc
         outs = list(result) if isinstance(result, (list, tuple)) else [result]
+        made_here = {id(v) for v in inputs if v is not None}
         for value, var in zip(node.outputs, outs, strict=False):
             if value.name and var is not None:
                 env[value.name] = var
+                if id(var) not in made_here and var.op is not None and var.op.op_type != "const":
+                    self.names.values.setdefault(value.name, var.name)
 
     def run_subgraph(self, graph: ir.Graph, outer: dict[str, Var], bound: Sequence[Var]) -> list[Var]:
         """Translate a subgraph (If branch, Loop body) inside the current MIL block: its formal
@@ -199,7 +206,8 @@ def _parse_dims(dims: Iterable[Any]) -> dict[str, tuple[int, int]]:
     return out
 
 
-def build_program(model: ir.Model, ios: int, plans: list[InputPlan], names: NameMap) -> Program:
+def build_program(model: ir.Model, ios: int, plans: list[InputPlan], names: NameMap,
+                  translator: GraphTranslator | None = None) -> Program:
     """The MIL program of the model's main graph."""
     from coremltools.converters.mil import Builder as mb
     from coremltools.converters.mil.mil import Function, Placeholder, Program, get_new_symbol
@@ -213,7 +221,7 @@ def build_program(model: ir.Model, ios: int, plans: list[InputPlan], names: Name
         dtype = mil_type(ir.DataType.INT32 if p.dtype == ir.DataType.BOOL else p.dtype)
         placeholders[p.mil_name] = Placeholder(shape, dtype=dtype)
     prog = Program()
-    translator = GraphTranslator(ios, names)
+    translator = translator or GraphTranslator(ios, names)
     with Function(placeholders, opset_version=ct_target(ios)) as func:
         env: dict[str, Var] = {}
         for p in plans:
@@ -287,6 +295,60 @@ def _color_layout(layout: Any) -> Any:
     if key not in table:
         raise UsageError(f"unknown --color-layout {layout!r}", "use RGB, BGR or GRAYSCALE")
     return table[key]
+
+
+# -- translation, dry or for real ----------------------------------------------------------------
+
+@dataclass
+class Translation:
+    """A model translated to a MIL program (not yet handed to coremltools' converter), or the
+    blockers that stopped it, with notes for `unframe check`."""
+
+    blockers: list[Blocker]
+    notes: list[str] = field(default_factory=list)
+    program: Program | None = None
+    names: NameMap = field(default_factory=NameMap)
+    plans: list[InputPlan] = field(default_factory=list)
+
+
+def translate(model: ir.Model, ios: int, options: dict[str, Any]) -> Translation:
+    """What `check` runs dry and `convert` runs for real, so the two can't disagree: the static
+    blockers of :func:`check_model`; else dtype legalization of a copy of the graph (the model is
+    not changed) and the MIL program built from it, a node that fails to translate being a
+    blocker."""
+    from unframe.converters.backends.coreml.legalize import legalize
+    from unframe.converters.backends.coreml.mil_eval._ct import import_coremltools
+
+    blockers = check_model(model, ios)
+    if blockers:
+        return Translation(blockers)
+    import_coremltools()
+    work = model.clone()
+    legal = legalize(work, ios, str(options.get("precision", "fp16")).lower())
+    notes = list(legal.notes)
+    if legal.moved:
+        shown = "; ".join(legal.moved[:3]) + (f"; +{len(legal.moved) - 3} more" if len(legal.moved) > 3 else "")
+        notes.append(f"{len(legal.moved)} node(s) computed in a type their MIL op takes ({shown})")
+    if legal.blockers:
+        return Translation(legal.blockers, notes)
+    names = NameMap()
+    plans = plan_inputs(work, names, options)
+    translator = GraphTranslator(ios, names)
+    try:
+        program = build_program(work, ios, plans, names, translator)
+    except ConversionError as exc:
+        return Translation([_failure_blocker(exc, translator.at)], notes)
+    return Translation([], notes, program, names, plans)
+
+
+_NODE_PREFIX = re.compile(r"^node '[^']*' \[[^\]]*\]: ")
+
+
+def _failure_blocker(exc: ConversionError, node: ir.Node | None) -> Blocker:
+    reason = _NODE_PREFIX.sub("", exc.message)
+    if node is None:
+        return Blocker("*", f"the MIL program could not be built: {reason}", hint=exc.hint)
+    return Blocker(node.op_type, f"can't be translated: {reason}", node.name, hint=exc.hint)
 
 
 # -- pre-flight ----------------------------------------------------------------------------------

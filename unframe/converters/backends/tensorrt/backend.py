@@ -76,6 +76,11 @@ def check_report(model: ir.Model, ask_parser: bool = True) -> CheckReport:
         return CheckReport(blockers)
     report = CheckReport(blockers, verdict.module,
                          preflight.disagreements(prepared, blockers, verdict))
+    refusal = verdict.model_refusal()
+    if refusal is not None and not blockers:
+        # a parser that refuses is never agreement: its message is the blocker
+        report.blockers.append(Blocker("*", f"{verdict.module} parser refuses the model: {refusal}",
+                                       hint="the support table did not predict this"))
     nodes = list(prepared.graph)
     blocked = {b.node for b in blockers}
     for index, message in sorted(verdict.failed_nodes.items()):
@@ -216,6 +221,29 @@ class TensorRTBackend(Backend):
         from unframe.converters.backends.tensorrt.runner import TensorRTRunner
 
         return TensorRTRunner(artifact.model)
+
+    def probe(self, model: ir.Model, target: Target) -> Any:
+        """On a GPU: build the engine again with some values marked as outputs and run it, for the
+        locator's bisection (marking stops fusion across a value, so it marks few at a time)."""
+        if isinstance(trtmodule.cuda_device(), str):
+            return None
+
+        def run(names: list[str], feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+            import tempfile
+
+            marked = model.clone()
+            produced = {v.name: v for node in marked.graph for v in node.outputs if v.name}
+            present = {v.name for v in marked.graph.outputs}
+            marked.graph.outputs.extend(produced[n] for n in names if n in produced and n not in present)
+            with tempfile.TemporaryDirectory(prefix="unframe-probe-") as tmp:
+                artifact = self.convert(marked, target, Path(tmp))
+            runner = self.runner(artifact, target)
+            try:
+                return runner.run(feeds)
+            finally:
+                runner.close()
+
+        return run
 
     def tolerance(self, dtype: np.dtype, target: Target) -> tuple[float, float] | None:
         if np.dtype(dtype).kind != "f":

@@ -54,8 +54,10 @@ def parse(trt: ModuleType, onnx_path: Path, logger: Any) -> tuple[Any, Any, Any]
     builder = trt.Builder(logger)
     network = builder.create_network(trtmodule.strongly_typed_flags(trt))
     parser = trt.OnnxParser(network, logger)
-    if not parser.parse_from_file(os.fspath(onnx_path)):
-        blockers = parse_errors(parser)
+    with trtmodule.stderr_lines() as printed:
+        parsed = parser.parse_from_file(os.fspath(onnx_path))
+    if not parsed:
+        blockers = parse_errors(parser, printed.lines)
         first = blockers[0] if blockers else Blocker("?", "the parser failed without saying why")
         raise UnsupportedError(
             f"TensorRT's ONNX parser refused {onnx_path.name}: {first}"
@@ -65,11 +67,16 @@ def parse(trt: ModuleType, onnx_path: Path, logger: Any) -> tuple[Any, Any, Any]
     return builder, network, parser
 
 
-def parse_errors(parser: Any) -> list[Blocker]:
+def parse_errors(parser: Any, printed: list[str] | None = None) -> list[Blocker]:
+    """One blocker per parser error; one that names no node (the model as a whole) reads what
+    the parser printed, which says more than its assertion."""
     out: list[Blocker] = []
     for i in range(parser.num_errors):
         error = parser.get_error(i)
         message = " ".join(str(error.desc()).split())
+        if int(error.node()) < 0 and printed:
+            out.append(Blocker("*", f"parser: {'; '.join(printed[:2])}"))
+            continue
         out.append(Blocker(str(error.node_operator()) or "?", f"parser: {message}",
                            str(error.node_name()) or f"#{int(error.node())}"))
     return out

@@ -516,8 +516,17 @@ class ParserVerdict:
     """What a real TensorRT parser said: overall, and which nodes (by top-level index) failed."""
 
     supported: bool
-    failed_nodes: dict[int, str]  # node index -> parser message
+    failed_nodes: dict[int, str]  # node index (-1: the model as a whole) -> parser message
     module: str
+    printed: list[str] = field(default_factory=list)  # what the parser printed to stderr
+
+    def model_refusal(self) -> str | None:
+        """The parser's reason for refusing the model as a whole (no node named), if it did:
+        what it printed says more than its assertion text."""
+        whole = [message for index, message in self.failed_nodes.items() if index < 0]
+        if self.supported or (self.failed_nodes and not whole):
+            return None
+        return "; ".join(self.printed[:2]) or (whole[0] if whole else "refused without a reason")
 
 
 def parser_verdict(model: ir.Model, module: Any | None = None) -> ParserVerdict | None:
@@ -535,12 +544,13 @@ def parser_verdict(model: ir.Model, module: Any | None = None) -> ParserVerdict 
         path = Path(tmp) / "model.onnx"
         # Saved with its weights beside it, so the parser can read external data by path.
         ir.save(model, path, external_data="model.onnx.data" if _has_external(model) else None)
-        supported = bool(parser.supports_model_v2(path.read_bytes(), str(path)))
+        with trtmodule.stderr_lines() as printed:
+            supported = bool(parser.supports_model_v2(path.read_bytes(), str(path)))
     failed: dict[int, str] = {}
     for i in range(parser.num_errors):
         error = parser.get_error(i)
         failed.setdefault(int(error.node()), " ".join(str(error.desc()).split()))
-    return ParserVerdict(supported and not failed, failed, trt.__name__)
+    return ParserVerdict(supported and not failed, failed, trt.__name__, printed.lines)
 
 
 def _has_external(model: ir.Model) -> bool:

@@ -11,12 +11,17 @@ lean runtime segfault, so ``cuda_device()`` asks libcuda (``cuInit``, ``cuDevice
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import functools
 import importlib
 import importlib.util
-from dataclasses import dataclass
+import os
+import sys
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from importlib import metadata
 from types import ModuleType
 from typing import Any
@@ -34,6 +39,38 @@ def installed_flavour() -> str | None:
         if importlib.util.find_spec(name) is not None:
             return name
     return None
+
+
+@dataclass
+class Printed:
+    """Lines the parser's C++ side printed to stderr (e.g. ``Unsupported ONNX data type: STRING
+    (8)``), filled in when :func:`stderr_lines` exits."""
+
+    lines: list[str] = field(default_factory=list)
+
+
+@contextlib.contextmanager
+def stderr_lines() -> Iterator[Printed]:
+    """Capture what native code writes to file descriptor 2 (the parser prints some refusals
+    there, past any logger): kept for the report instead of reaching the terminal."""
+    printed = Printed()
+    try:
+        saved = os.dup(2)
+    except OSError:  # no stderr to redirect
+        yield printed
+        return
+    with tempfile.TemporaryFile(mode="w+b") as sink:
+        sys.stderr.flush()
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield printed
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            sink.seek(0)
+            text = sink.read().decode("utf-8", "replace")
+            printed.lines = [" ".join(line.split()) for line in text.splitlines() if line.strip()]
 
 
 @functools.cache

@@ -29,6 +29,7 @@ from unframe.converters.frontends._sklearn.runner import (
 )
 from unframe.distributions import dist_version
 from unframe.errors import Blocker, ConversionError, InputError, UnsupportedError, UsageError
+from unframe.locate.origin import SKLEARN_PATH, SKLEARN_STEP
 from unframe.validate import tolerances
 from unframe.validate.compare import compare_arrays
 
@@ -79,10 +80,11 @@ def run_skl2onnx(model: Any, plan: InputPlan, *, double: bool, opset: int, zipma
     from skl2onnx.common.exceptions import MissingConverter, MissingShapeCalculator
 
     try:
-        proto = convert_sklearn(model, initial_types=plan.initial_types(double),
-                                # onnxmltools would pick ai.onnx.ml 5, which skl2onnx refuses
-                                target_opset={"": opset, "ai.onnx.ml": ML_OPSET},
-                                options=final_classifier_options(model, zipmap) or None)
+        proto, topology = convert_sklearn(
+            model, initial_types=plan.initial_types(double),
+            # onnxmltools would pick ai.onnx.ml 5, which skl2onnx refuses
+            target_opset={"": opset, "ai.onnx.ml": ML_OPSET},
+            options=final_classifier_options(model, zipmap) or None, intermediate=True)
     except (MissingConverter, MissingShapeCalculator) as exc:
         raise no_converter_error(model, str(exc), source) from None
     except RuntimeError as exc:
@@ -99,7 +101,47 @@ def run_skl2onnx(model: Any, plan: InputPlan, *, double: bool, opset: int, zipma
                               f"{_first_line(exc)}", "report it with --debug output") from exc
     fix_ml_opset(proto)
     drop_map_types(proto)
+    stamp_steps(proto, topology, model)
     return proto
+
+
+def step_paths(model: Any) -> dict[int, str]:
+    """id(estimator) -> its path in the model ("preprocess/num/scale"); the model itself: ""."""
+    paths = {id(model): ""}
+
+    def visit(est: Any, prefix: str) -> None:
+        for name, child in inputs_mod.named_children(est):
+            path = f"{prefix}/{name}" if prefix else name
+            paths[id(child)] = path
+            visit(child, path)
+
+    visit(model, "")
+    return paths
+
+
+def stamp_steps(proto: onnx.ModelProto, topology: Any, model: Any) -> None:
+    """Record on the node producing each estimator's outputs which estimator it is (node
+    metadata, as torch's exporter records module paths), for the divergence locator."""
+    paths = step_paths(model)
+    producers = {out: node for node in proto.graph.node for out in node.output}
+    labels: dict[int, tuple[int, str, str]] = {}  # node -> (depth, label, path): innermost wins
+    for op in topology.unordered_operator_iterator():
+        raw = getattr(op, "raw_operator", None)
+        if raw is None or id(raw) not in paths:
+            continue
+        path = paths[id(raw)]
+        label = f"pipeline step '{path}' ({type(raw).__name__})" if path else type(raw).__name__
+        depth = path.count("/") + (1 if path else 0)
+        for var in op.outputs:
+            node = producers.get(getattr(var, "onnx_name", None))
+            if node is not None and labels.get(id(node), (-1, "", ""))[0] < depth:
+                labels[id(node)] = (depth, label, path)
+    for node in proto.graph.node:
+        if id(node) in labels:
+            _, label, path = labels[id(node)]
+            for key, value in ((SKLEARN_STEP, label), (SKLEARN_PATH, path)):
+                entry = node.metadata_props.add()
+                entry.key, entry.value = key, value
 
 
 def drop_map_types(proto: onnx.ModelProto) -> list[str]:

@@ -73,17 +73,22 @@ def _has_column_transformer(model: Any) -> bool:
 def walk(model: Any) -> list[Any]:
     """The model and every estimator nested in it (pipelines, column transformers, unions)."""
     found = [model]
-    children: list[Any] = []
-    if hasattr(model, "steps"):
-        children = [s for _, s in model.steps]
-    elif hasattr(model, "transformers_"):
-        children = [t for _, t, _ in model.transformers_]
-    elif hasattr(model, "transformer_list"):
-        children = [t for _, t in model.transformer_list]
-    for child in children:
-        if not isinstance(child, str) and child is not None:
-            found.extend(walk(child))
+    for _, child in named_children(model):
+        found.extend(walk(child))
     return found
+
+
+def named_children(model: Any) -> list[tuple[str, Any]]:
+    """(name, estimator) of a pipeline's steps, a column transformer's or a union's parts."""
+    if hasattr(model, "steps"):
+        pairs = [(n, s) for n, s in model.steps]
+    elif hasattr(model, "transformers_"):
+        pairs = [(n, t) for n, t, _ in model.transformers_]
+    elif hasattr(model, "transformer_list"):
+        pairs = [(n, t) for n, t in model.transformer_list]
+    else:
+        pairs = []
+    return [(n, c) for n, c in pairs if not isinstance(c, str) and c is not None]
 
 
 def final_estimator(model: Any) -> Any:

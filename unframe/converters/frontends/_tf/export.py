@@ -361,8 +361,10 @@ def load_problem(onnx_model: ir.Model, runner_factory: Callable[[ir.Model], Runn
 
 
 def parity_problem(ref: Runner, onnx_model: ir.Model, feed: dict[str, np.ndarray],
-                   runner_factory: Callable[[ir.Model], Runner]) -> str:
-    """"" when onnxruntime loads the graph and matches ``ref`` on one feed, else why not."""
+                   runner_factory: Callable[[ir.Model], Runner],
+                   tolerances: dict[str, tuple[float, float]] | None = None) -> str:
+    """"" when onnxruntime loads the graph and matches ``ref`` on one feed, else why not
+    (``tolerances``: per-output (atol, rtol) the model's compute precision needs)."""
     from unframe.validate.compare import compare
 
     try:
@@ -370,7 +372,8 @@ def parity_problem(ref: Runner, onnx_model: ir.Model, feed: dict[str, np.ndarray
     except Exception as exc:
         return f"onnxruntime rejects the graph: {_first_line(exc)}"
     try:
-        result = compare(ref, candidate, [feed], stage="tf2onnx self-check")
+        result = compare(ref, candidate, [feed], stage="tf2onnx self-check",
+                         defaults=tolerances or None)
     except Exception as exc:
         return f"running the graph failed: {_first_line(exc)}"
     return "" if result else f"parity: {result.reason}"

@@ -323,8 +323,13 @@ def built_inputs(model: Any) -> list[TensorSpec]:
 
 
 def keras_output_names(model: Any) -> list[str]:
-    """Output names in the order tf2onnx's from_keras writes them (``model.output_names``)."""
-    return [str(n) for n in model.output_names]
+    """Output names in the order tf2onnx's from_keras writes them: ``model.output_names``, or for
+    a model without it (Keras 3's Sequential), each output tensor's name before any ``/``, as
+    tf2onnx derives them."""
+    names = getattr(model, "output_names", None)
+    if names is None:
+        names = [str(t.name).split("/")[0] for t in getattr(model, "outputs", None) or []]
+    return [str(n) for n in names]
 
 
 def embedding_bound(model: Any, default: int = 3) -> int:

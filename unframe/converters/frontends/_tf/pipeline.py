@@ -32,9 +32,11 @@ def export(model: TfModel, spec: InputSpec, opset: int, nchw_option: Any,
     tried: list[tuple[routes.Attempt, routes.Outcome]] = []
     finished: dict[int, ir.Model] = {}  # id(proto) -> edited graph, made once per route
 
+    low = low_compute_dtype(model)
+
     def check(proto: onnx.ModelProto) -> str:
         finished[id(proto)] = _finish(model, proto, inputs, nchw, spec)
-        return _check(model, finished[id(proto)], inputs, nchw, feeds[0], self_check)
+        return _check(model, finished[id(proto)], inputs, nchw, feeds[0], self_check, low)
 
     for attempt in routes.attempts(model, inputs, opset):
         outcome = routes.try_attempt(attempt, check)
@@ -53,8 +55,12 @@ def export(model: TfModel, spec: InputSpec, opset: int, nchw_option: Any,
     notes = list(dict.fromkeys(o.problem for _, o in tried if o.problem))
     if len(tried) > 1:
         notes.append(f"used route {chosen.route}")
+    if low:
+        notes.append(f"mixed precision: the model computes in {low}; parity uses {low}'s "
+                     "tolerance")
     return ExportResult(model=ir_model, tool=chosen.tool, route=chosen.route, opset=chosen.opset,
                         tool_versions=dict(versions), notes=notes, feeds=feeds,
+                        tolerances=compute_tolerances(ir_model, low),
                         extra={"tf_inputs": inputs, "nchw_inputs": nchw,
                                "tf_kind": model.kind, "signature": model.signature})
 
@@ -72,11 +78,31 @@ def _shape_of(inputs: Sequence[TensorSpec], name: str) -> tuple[Any, ...]:
 
 
 def _check(model: TfModel, candidate: ir.Model, inputs: Sequence[TensorSpec],
-           nchw: Sequence[str], feed: dict[str, np.ndarray], parity: bool) -> str:
+           nchw: Sequence[str], feed: dict[str, np.ndarray], parity: bool, low: str | None) -> str:
     if not parity:
         return routes.load_problem(candidate, OnnxRuntimeRunner)
     ref = make_runner(model, inputs, [v.name for v in candidate.graph.outputs], nchw)
-    return routes.parity_problem(ref, candidate, feed, OnnxRuntimeRunner)
+    return routes.parity_problem(ref, candidate, feed, OnnxRuntimeRunner,
+                                 compute_tolerances(candidate, low))
+
+
+def low_compute_dtype(model: TfModel) -> str | None:
+    """float16/bfloat16 when a Keras model's layers compute in it (a mixed-precision policy,
+    e.g. ``mixed_float16``: float32 weights, half-precision compute); else None."""
+    if model.kind != "keras":
+        return None
+    found = {str(getattr(getattr(layer, "dtype_policy", None), "compute_dtype", ""))
+             for layer in model.obj._flatten_layers(include_self=False, recursive=True)}
+    return next((d for d in ("bfloat16", "float16") if d in found), None)
+
+
+def compute_tolerances(graph: ir.Model, low: str | None) -> dict[str, tuple[float, float]]:
+    """Every output's tolerance is the compute precision's, whatever dtype it is returned in."""
+    from unframe.validate.tolerances import DEFAULTS
+
+    if low is None:
+        return {}
+    return {v.name: DEFAULTS[low] for v in graph.graph.outputs}
 
 
 def function_outputs(model: TfModel, inputs: Sequence[TensorSpec]) -> list[str]:

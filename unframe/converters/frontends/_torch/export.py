@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import contextlib
+import inspect
 import io
 import logging
 import os
@@ -87,11 +88,12 @@ def cached_torchlib() -> Iterator[None]:
 
 
 def export_dynamo(model: Any, inputs: ModelInputs | None, outputs: list[str] | None,
-                  opset: int) -> ir.Model:
+                  opset: int, optimize: bool = True) -> ir.Model:
+    """``optimize=False`` skips onnxscript's optimizer (see ``precision.optimizer_safe``)."""
     import torch
 
     kwargs: dict[str, Any] = dict(dynamo=True, opset_version=opset, verbose=False,
-                                  output_names=outputs)
+                                  output_names=outputs, optimize=optimize)
     if isinstance(model, torch.export.ExportedProgram):
         args: tuple[Any, ...] = ()
     else:
@@ -102,7 +104,13 @@ def export_dynamo(model: Any, inputs: ModelInputs | None, outputs: list[str] | N
         kwargs.update(kwargs=call_kwargs, input_names=inputs.names, dynamic_shapes=shapes)
     with quiet(), cached_torchlib():
         program = torch.onnx.export(model, args, **kwargs)
+    # the decomposed program the graph was translated from (its FX names are the ONNX value
+    # names): the divergence locator runs it instead of capturing the model again
+    program.model.meta[EXPORTED_PROGRAM] = program.exported_program
     return program.model
+
+
+EXPORTED_PROGRAM = "unframe.torch.exported_program"  # ir.Model.meta key (never serialized)
 
 
 def _trailing_dict_by_name(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any], shapes: Any
@@ -208,7 +216,50 @@ def _first_meaningful_line(exc: BaseException) -> str:
     return type(exc).__name__
 
 
-def conversion_error(message: str, data_dependent: bool) -> ConversionError:
-    hint = ("try --exporter torchscript, or --static / sample inputs that avoid the branch"
-            if data_dependent else "try --exporter torchscript (or --exporter dynamo)")
-    return ConversionError(message, hint)
+def conversion_error(failures: list[str], data_dependent: bool, tried: tuple[str, ...], *,
+                     exported_program: bool = False) -> ConversionError:
+    """The failures of every exporter tried, and a hint that suggests only what was not tried."""
+    untried = [route for route in ("dynamo", "torchscript") if route not in tried]
+    steps = [f"try --exporter {untried[0]}"] if untried else []
+    if data_dependent:
+        steps.append("pass --static or sample inputs that avoid the data-dependent branch")
+    if exported_program:
+        steps.append("convert the nn.Module the program was exported from (unframe exports it itself)")
+    elif not untried:
+        steps.append("simplify the model (static shapes, no data-dependent branches) or export it "
+                     "to ONNX yourself")
+    return ConversionError(" | ".join(failures), "; ".join(steps))
+
+
+def unlifted(program: Any, inputs: ModelInputs) -> Any:
+    """``program.module()`` for the TorchScript exporter. That module refuses ``train()`` and
+    ``eval()`` (torch.export fixed its mode) and the exporter calls them, so it is wrapped in a
+    module whose mode switch stops at the wrapper. The tracer passes keyword inputs by position
+    (or as a trailing dict); the wrapper hands them on by the names the program was exported
+    with."""
+    import torch
+
+    positional, names = len(inputs.args), list(inputs.kwargs)
+
+    class ExportedModule(torch.nn.Module):
+        def __init__(self, inner: torch.nn.Module) -> None:
+            super().__init__()
+            self.inner = inner
+
+        def train(self, mode: bool = True) -> ExportedModule:
+            self.training = mode  # the program's own mode was fixed when it was exported
+            return self
+
+        def forward(self, *args: Any, **kwargs: Any) -> Any:
+            if not kwargs and names and len(args) == positional + 1 and isinstance(args[-1], dict):
+                args, kwargs = args[:-1], dict(args[-1])  # the tracer's trailing keyword dict
+            elif not kwargs and len(args) == positional + len(names):
+                kwargs = dict(zip(names, args[positional:], strict=True))
+                args = args[:positional]
+            return self.inner(*args, **kwargs)
+
+    # the exporter matches a trailing keyword dict against the forward's parameter names
+    params = ["self", *(f"arg{i}" for i in range(positional)), *names]
+    ExportedModule.forward.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [inspect.Parameter(p, inspect.Parameter.POSITIONAL_OR_KEYWORD) for p in params])
+    return ExportedModule(program.module())

@@ -54,6 +54,42 @@ class ModelInputs:
         return tuple(args), dict(kwargs)
 
 
+# ------------------------------------------------------------------------------ arrays ------
+def numpy_of(t: Any) -> np.ndarray:
+    """A tensor as a numpy array on the CPU; bfloat16 as ml_dtypes' bfloat16 (numpy has none,
+    and onnxruntime and onnx's evaluator take that type)."""
+    import torch
+
+    t = t.detach().cpu()
+    if t.dtype == torch.bfloat16:
+        import ml_dtypes
+
+        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    return t.numpy()
+
+
+def tensor_of(a: np.ndarray, device: Any = None) -> Any:
+    """The inverse of ``numpy_of``, on ``device`` (a model on CUDA is fed there)."""
+    import torch
+
+    a = np.ascontiguousarray(a)
+    if str(a.dtype) == "bfloat16":
+        t = torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+    else:
+        t = torch.from_numpy(a)
+    return t if device is None or t.device == device else t.to(device)
+
+
+def to_device(inputs: ModelInputs, device: Any) -> None:
+    """Tensor inputs onto the model's device (samples given as numpy arrays are on the CPU)."""
+    if device is None:
+        return
+    leaves = dict(zip(inputs.names, inputs.tensor_leaves(), strict=True))
+    if all(t.device == device for t in leaves.values()):
+        return
+    inputs.args, inputs.kwargs = inputs.rebuild({n: t.to(device) for n, t in leaves.items()})
+
+
 # ------------------------------------------------------------------------------ parameters --
 def param_names(model: Any) -> list[str] | None:
     """Names of the forward's parameters (without self), when they can be known."""
@@ -119,12 +155,11 @@ def from_samples(model: Any, samples: Any, what: str) -> tuple[tuple[Any, ...], 
 
 def to_torch(obj: Any) -> Any:
     """numpy arrays (anywhere in the structure) to tensors; everything else kept."""
-    import torch
     import torch.utils._pytree as pytree
 
     def convert(x: Any) -> Any:
         if isinstance(x, np.ndarray) or isinstance(x, np.generic):
-            return torch.from_numpy(np.ascontiguousarray(x))
+            return tensor_of(np.asarray(x))
         return x
 
     if isinstance(obj, Mapping) and not isinstance(obj, dict):
@@ -194,8 +229,20 @@ def finalize(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any], spec: In
         raise InputError(f"{what}: the sample inputs hold no tensor",
                          "pass torch tensors or numpy arrays as sample inputs")
     inputs.names = leaf_names(args, kwargs, param_names(model) or [])
-    _decide_dynamic(inputs, spec)
+    _decide_dynamic(inputs, spec, _listed_leaves(args, kwargs, inputs.names))
     return inputs
+
+
+def _listed_leaves(args: tuple[Any, ...], kwargs: dict[str, Any], names: list[str]) -> set[str]:
+    """Names of the tensor leaves that sit in a list or tuple argument: such a list is itself
+    the batch (torchvision detection takes list[Tensor[C, H, W]]), so their axis 0 is not."""
+    import torch
+    import torch.utils._pytree as pytree
+
+    flat, _ = pytree.tree_flatten_with_path((args, kwargs))
+    paths = [path for path, leaf in flat if isinstance(leaf, torch.Tensor)]
+    return {name for name, path in zip(names, paths, strict=True)
+            if any(hasattr(k, "idx") for k in path[2:])}
 
 
 def leaf_names(args: tuple[Any, ...], kwargs: dict[str, Any], params: list[str]) -> list[str]:
@@ -212,6 +259,10 @@ def leaf_names(args: tuple[Any, ...], kwargs: dict[str, Any], params: list[str])
         if path[0].idx == 0:  # a positional argument: its parameter's name
             top = params[int(top)] if int(top) < len(params) else f"input_{top}"
         rest = [_key(k) for k in path[2:]]
+        if single and rest and all(hasattr(k, "idx") for k in path[2:]):
+            # the one argument is a list (list[Tensor] images): name its leaves after the
+            # parameter, numbered by _unique (images, images_1...), never a bare index like "0"
+            rest = []
         parts = rest if single and rest else [top, *rest]
         names.append(_unique(_clean("_".join(parts)), names))
     return names
@@ -233,7 +284,10 @@ def output_names(outputs: Any, given: Sequence[str] | None = None) -> list[str]:
     for i, (path, _leaf) in enumerate(tensors):
         keys = [k for k in path if not hasattr(k, "idx")]
         if keys:
-            label = "_".join(_key(k) for k in path)
+            # positions before the first key (a list of dicts, one per image) are numbered by
+            # _unique (boxes, boxes_1), not spelled out as 0_boxes
+            first = next(i for i, k in enumerate(path) if not hasattr(k, "idx"))
+            label = "_".join(_key(k) for k in path[first:])
         else:
             label = f"output_{i}"
         names.append(_unique(_clean(label), names))
@@ -259,14 +313,14 @@ def _unique(name: str, taken: list[str]) -> str:
 
 
 # ------------------------------------------------------------------------------ dynamic axes --
-def _decide_dynamic(inputs: ModelInputs, spec: InputSpec) -> None:
+def _decide_dynamic(inputs: ModelInputs, spec: InputSpec, listed: set[str] = frozenset()) -> None:
     tensors = dict(zip(inputs.names, inputs.tensor_leaves(), strict=True))
     if not spec.static:
-        batched = [t for t in tensors.values() if t.dim() >= 1]
+        batched = [t for name, t in tensors.items() if t.dim() >= 1 and name not in listed]
         if batched:
             inputs.batch = int(batched[0].shape[0])
             for name, t in tensors.items():
-                if t.dim() >= 1 and int(t.shape[0]) == inputs.batch:
+                if t.dim() >= 1 and int(t.shape[0]) == inputs.batch and name not in listed:
                     inputs.dynamic.setdefault(name, {})[0] = BATCH_DIM
     for ts in spec.tensors or []:
         if ts.name in tensors and ts.shape is not None and not spec.static:
@@ -316,7 +370,7 @@ def export_example(inputs: ModelInputs) -> tuple[tuple[Any, ...], dict[str, Any]
 def feeds(inputs: ModelInputs, batch_is_dynamic: bool, seed: int = 0) -> list[dict[str, np.ndarray]]:
     """The samples as numpy feeds, plus the same rows at another batch size when the exported
     batch axis is dynamic (rows are re-drawn from the samples so integer inputs stay valid)."""
-    first = {n: t.detach().cpu().numpy() for n, t in zip(inputs.names, inputs.tensor_leaves(), strict=True)}
+    first = {n: numpy_of(t) for n, t in zip(inputs.names, inputs.tensor_leaves(), strict=True)}
     if not batch_is_dynamic or inputs.batch is None:
         return [first]
     size = inputs.batch + 1 if inputs.batch > 1 else 3

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from unframe.converters.frontends._torch.inputs import ModelInputs
+from unframe.converters.frontends._torch.inputs import ModelInputs, numpy_of, tensor_of
 from unframe.errors import InputError
 from unframe.validate.runner import Runner, TensorSpec
 
@@ -19,6 +19,17 @@ def callable_of(native: Any) -> Any:
     if isinstance(native, torch.export.ExportedProgram):
         return native.module()
     return native
+
+
+def device_of(fn: Any) -> Any:
+    """Where the module's weights live (None: no weights, or not a module)."""
+    import torch
+
+    if not isinstance(fn, torch.nn.Module):
+        return None
+    for t in [*fn.parameters(), *fn.buffers()]:
+        return t.device
+    return None
 
 
 def run_model(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], what: str) -> Any:
@@ -47,6 +58,7 @@ class TorchRunner(Runner):
 
         self.name = f"torch {torch.__version__} eager"
         self._fn = callable_of(native)
+        self._device = device_of(self._fn)  # a model on CUDA runs there, unmoved
         self._inputs = inputs
         self._outputs = outputs
         self._what = what
@@ -59,9 +71,8 @@ class TorchRunner(Runner):
         return list(self._outputs)
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        import torch
 
-        tensors = {n: torch.from_numpy(np.ascontiguousarray(feeds[n])) for n in self._inputs.names}
+        tensors = {n: tensor_of(feeds[n], self._device) for n in self._inputs.names}
         args, kwargs = self._inputs.rebuild(tensors)
         outs = flat_outputs(run_model(self._fn, args, kwargs, self._what))
-        return {n: t.detach().cpu().numpy() for n, t in zip(self._outputs, outs, strict=True)}
+        return {n: numpy_of(t) for n, t in zip(self._outputs, outs, strict=True)}

@@ -178,11 +178,13 @@ def _unsupported(ops: Sequence[Any], function: str) -> UnsupportedError:
 
 
 def evaluate(program: Any, inputs: Mapping[str, np.ndarray], function: str = "main",
-             *, record: set[str] | None = None) -> dict[str, np.ndarray]:
+             *, record: set[str] | None = None, capture: dict[str, Any] | None = None
+             ) -> dict[str, np.ndarray]:
     """Evaluate ``function`` of a MIL ``Program`` on ``inputs``; outputs by name, in program order.
 
     Inputs are cast to the dtypes the function declares. ``record``, when given, receives the
-    op types that were evaluated (tests use it to prove kernel coverage).
+    op types that were evaluated (tests use it to prove kernel coverage); ``capture`` receives
+    every top-level op's output values by var name (the divergence locator's tap).
     """
     if function not in program.functions:
         raise InputError(f"MIL program has no function {function!r}",
@@ -198,6 +200,11 @@ def evaluate(program: Any, inputs: Mapping[str, np.ndarray], function: str = "ma
     outputs = ev.run_block(func)
     if record is not None:
         record.update(ev.evaluated_ops)
+    if capture is not None:
+        for op in func.operations:
+            for var in op.outputs:
+                if id(var) in ev.values and op.op_type not in _CONST_OPS:
+                    capture[var.name] = ev.values[id(var)]
     return {var.name: value for var, value in zip(func.outputs, outputs, strict=False)}
 
 

@@ -17,6 +17,7 @@ from unframe.converters.backends.coreml.ops._util import (
     is_bool,
     mb,
     norm_axis,
+    np_dtype_of,
     scalar,
     shape_of,
     static_dims,
@@ -210,19 +211,14 @@ def _clamp_slice(s: int, e: int, st: int, n: int) -> tuple[int, int]:
 
 @translator("Expand")
 def expand(ctx: TranslateContext) -> Any:
-    """Broadcast by adding zeros of the target shape (both ways, as ONNX Expand does)."""
+    """Broadcast by adding zeros of the target shape (both ways, as ONNX Expand does); a bool
+    input arrives as int32 (legalize.py)."""
     m, x = mb(), ctx.x(0)
     shape = ctx.ints(1)
-    kind = dtype_name(x)
-    work = cast(x, "int32") if kind == "bool" else x
     if shape is not None:
-        zeros = np.zeros([max(int(s), 0) for s in shape], dtype=np.float32 if kind.startswith("fp") else np.int32)
-        if kind == "fp16":
-            zeros = zeros.astype(np.float16)
-        out = m.add(x=work, y=zeros)
-    else:
-        out = m.add(x=work, y=m.fill(shape=cast(ctx.x(1), "int32"), value=scalar(0, work)))
-    return cast(out, "bool") if kind == "bool" else out
+        zeros = np.zeros([max(int(s), 0) for s in shape], dtype=np_dtype_of(x))
+        return m.add(x=x, y=zeros)
+    return m.add(x=x, y=m.fill(shape=cast(ctx.x(1), "int32"), value=scalar(0, x)))
 
 
 @translator("Tile")
@@ -263,10 +259,8 @@ def pad(ctx: TranslateContext) -> Any:
     cval = float(np.asarray(value).reshape(-1)[0]) if value is not None and np.asarray(value).size else 0.0
     flat = np.array([p for b, e in zip(before, after, strict=False) for p in (b, e)], dtype=np.int32)
     mil_mode = {"constant": "constant", "reflect": "reflect", "edge": "replicate"}[mode]
-    kind = dtype_name(x)
-    work = cast(x, "fp32") if kind in ("int32", "bool") else x
-    out = m.pad(x=work, pad=flat, mode=mil_mode, constant_val=float(cval))
-    return cast(out, kind)
+    # integer and bool inputs arrive as fp32 (legalize.py): MIL pads floats only
+    return m.pad(x=x, pad=flat, mode=mil_mode, constant_val=float(cval))
 
 
 def _crop(x: Any, before: list[int], after: list[int]) -> Any:

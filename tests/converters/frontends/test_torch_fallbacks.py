@@ -1,0 +1,162 @@
+"""Export fallbacks and input names: a list-of-tensors input is named after its parameter
+(images, images_1), never a bare index; a data-dependent model falls back to the TorchScript
+exporter; hints suggest only what was not tried; torchvision's SSDLite (through the import shim
+in model_zoo/build) converts to ONNX and is a clear exit-4 blocker for CoreML, never exit 1 or 9.
+TensorRT: a parser refusal is a blocker of `check`, and stays off the terminal."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from typing import Any
+
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+import unframe
+from unframe.errors import ConversionError, UnsupportedError
+
+torch = pytest.importorskip("torch", reason="needs torch (the 'torch' extra)")
+ROOT = Path(__file__).resolve().parents[3]
+
+
+class PickFirstPositive(torch.nn.Module):
+    """Takes a list of images; the branch depends on the data (dynamo refuses it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3)
+
+    def forward(self, images: list[Any]) -> Any:
+        total = self.conv(images[0]) + self.conv(images[1])
+        if total.sum() > 0:
+            return total * 2
+        return total - 1
+
+
+def _images() -> list[Any]:
+    gen = torch.Generator().manual_seed(0)
+    return [torch.rand(1, 3, 8, 8, generator=gen) + 0.5, torch.rand(1, 3, 8, 8, generator=gen)]
+
+
+def test_a_list_input_is_named_after_its_parameter_and_falls_back() -> None:
+    torch.manual_seed(0)
+    result = unframe.convert(PickFirstPositive().eval(), to="onnx", sample_inputs=(_images(),))
+    assert [v.name for v in result.model.graph.inputs] == ["images", "images_1"]
+    assert result.export.route == "torchscript"
+    assert any("retried with the TorchScript exporter" in n for n in result.notes), result.notes
+    assert result.report, str(result.report)
+
+
+class SingularValues(torch.nn.Module):
+    """Runs eagerly; neither exporter has an ONNX translation of linalg.svd."""
+
+    def forward(self, x: Any) -> Any:
+        return torch.linalg.svd(x).S
+
+
+def test_a_forced_exporter_hint_names_only_the_other_one() -> None:
+    x = torch.randn(2, 3, 3, generator=torch.Generator().manual_seed(0))
+    with pytest.raises(ConversionError) as err:
+        unframe.convert(SingularValues(), to="onnx", sample_inputs=x, exporter="torchscript")
+    assert "--exporter dynamo" in err.value.hint and "--exporter torchscript" not in err.value.hint
+    with pytest.raises(ConversionError) as err:
+        unframe.convert(SingularValues(), to="onnx", sample_inputs=x)
+    assert "--exporter" not in err.value.hint, err.value.hint  # both were tried
+    assert "dynamo export" in err.value.message and "torchscript export" in err.value.message
+
+
+# -- torchvision detection -----------------------------------------------------------------------
+
+def _torchvision() -> Any:
+    path = ROOT / "model_zoo" / "build" / "torchvision_shim.py"
+    spec = importlib.util.spec_from_file_location("torchvision_shim", path)
+    module = sys.modules.get("torchvision_shim")
+    if module is None:
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["torchvision_shim"] = module
+        spec.loader.exec_module(module)
+    try:
+        return module.import_torchvision()
+    except ImportError as exc:
+        pytest.skip(f"needs torchvision (pip install --no-deps torchvision==0.28.0): {exc}")
+
+
+def _ssdlite() -> Any:
+    tv = _torchvision()
+    from torchvision.models.detection import ssdlite320_mobilenet_v3_large
+
+    torch.manual_seed(0)
+    # few detections: random weights give many near-equal scores, whose order is arbitrary
+    model = ssdlite320_mobilenet_v3_large(weights=None, weights_backbone=None, num_classes=3,
+                                          detections_per_img=8, topk_candidates=16).eval()
+    gen = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape, generator=gen) * 0.1)
+        for p in model.head.classification_head.parameters():
+            p.add_(torch.randn(p.shape, generator=gen) * 0.3)
+    assert tv.__version__
+    return model
+
+
+def test_nms_reference_matches_the_definition() -> None:
+    _torchvision()
+    shim = sys.modules["torchvision_shim"]
+    boxes = torch.tensor([[0, 0, 10, 10], [1, 1, 11, 11], [20, 20, 30, 30], [0, 0, 10, 9]],
+                         dtype=torch.float32)
+    scores = torch.tensor([0.9, 0.8, 0.7, 0.95])
+    kept = shim.nms_reference(boxes, scores, 0.5)
+    # box 3 wins; 0 overlaps it by IoU 0.9 and goes; 1 overlaps 3 by 0.61 and goes; 2 stays
+    assert kept.tolist() == [3, 2]
+    assert shim.nms_reference(boxes, scores, 0.95).tolist() == [3, 0, 1, 2]
+
+
+def test_ssdlite_converts_to_onnx_and_is_a_clear_coreml_blocker(tmp_path: Path) -> None:
+    model = _ssdlite()
+    image = [torch.rand(3, 320, 320, generator=torch.Generator().manual_seed(2))]
+    with torch.no_grad():
+        detections = model(image)[0]
+    assert len(detections["scores"]) == 8 and len(set(detections["scores"].tolist())) == 8
+    path = tmp_path / "ssdlite.onnx"
+    # dynamo refuses the data-dependent postprocessing (tens of seconds to find out): straight
+    # to the exporter that takes it
+    result = unframe.convert(model, to="onnx", sample_inputs=(image,), output=path,
+                             exporter="torchscript")
+    assert [v.name for v in result.model.graph.inputs] == ["images"]
+    assert [v.name for v in result.model.graph.outputs] == ["boxes", "scores", "labels"]
+    assert result.report, str(result.report)
+    checked = unframe.check(path, to="coreml")
+    ops = {b.op for b in checked.blockers}
+    assert not checked and "NonMaxSuppression" in ops, [str(b) for b in checked.blockers]
+    with pytest.raises(UnsupportedError) as err:
+        unframe.convert(path, to="coreml", output=tmp_path / "ssdlite.mlpackage")
+    assert err.value.exit_code == 4
+    assert "NonMaxSuppression" in {b["op"] for b in err.value.details["blockers"]}
+
+
+# -- TensorRT: a parser refusal is a blocker -------------------------------------------------------
+
+def test_a_tensorrt_parser_refusal_is_a_blocker_not_agreement(tmp_path: Path,
+                                                              capfd: pytest.CaptureFixture[str]) -> None:
+    from unframe.converters.backends.tensorrt import trtmodule
+
+    if trtmodule.load_or_none() is None:
+        pytest.skip("needs tensorrt-rtx (the 'tensorrt' extra)")
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2]),
+         helper.make_tensor_value_info("names", TensorProto.STRING, [2])],  # unused: no node to blame
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    path = tmp_path / "strings.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]), path)
+    checked = unframe.check(path, to="tensorrt")
+    assert not checked
+    assert any("STRING" in b.reason for b in checked.blockers), [str(b) for b in checked.blockers]
+    with pytest.raises(UnsupportedError) as err:
+        unframe.convert(path, to="tensorrt", output=tmp_path / "strings.engine")
+    assert err.value.exit_code == 4
+    assert "Unsupported ONNX data type" not in capfd.readouterr().err

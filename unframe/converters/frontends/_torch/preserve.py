@@ -1,0 +1,232 @@
+"""A live torch model, snapshotted before a conversion and restored after it (see
+``unframe.preserve``).
+
+What is restored, for the object handed in and every submodule (wrappers included):
+
+- the train/eval flag of every module;
+- the module tree itself: ``_parameters``, ``_buffers``, ``_modules`` and every hook dict
+  (forward, pre-forward, backward, state-dict hooks...), and attributes added or replaced;
+- every parameter and buffer bit for bit (BatchNorm running stats included), its storage,
+  device, dtype, ``requires_grad`` and ``.grad``. Values are copied to the CPU first (the memory
+  this needs is checked before copying) and written back only where they changed, so that an
+  autograd graph the training loop still holds is not invalidated;
+- the torch RNG (CPU and CUDA), numpy's and Python's, grad mode and the default dtype.
+
+Inside, the model is in eval mode and autocast is off: the export and the parity runs see the
+model's own precision.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from unframe.preserve import PythonRng, check_copy_fits
+
+# module.__dict__ entries that hold hooks: dicts whose contents are restored in place, since
+# RemovableHandles refer to these very dict objects.
+_TREE_DICTS = ("_parameters", "_buffers", "_modules", "_non_persistent_buffers_set")
+
+
+@dataclass
+class _TensorState:
+    tensor: Any
+    alias: Any  # shares the original storage: restores it if the tensor's data was replaced
+    copy: Any  # a CPU copy of the values
+    version: int
+    requires_grad: bool
+    grad: Any
+
+
+@dataclass
+class _ModuleState:
+    module: Any
+    training: bool
+    attrs: dict[str, Any]
+    dicts: dict[str, Any]  # name -> shallow copy of a dict/set attribute (hooks, tree)
+
+
+@dataclass
+class TorchState:
+    modules: list[_ModuleState] = field(default_factory=list)
+    tensors: list[_TensorState] = field(default_factory=list)
+    configs: list[tuple[Any, dict[str, Any]]] = field(default_factory=list)  # HF configs
+    rng: Any = None
+    cuda_rng: Any = None
+    python_rng: PythonRng | None = None
+    grad_enabled: bool = True
+    default_dtype: Any = None
+
+    @classmethod
+    def capture(cls, root: Any | None, what: str) -> TorchState:
+        import torch
+
+        state = cls(rng=torch.get_rng_state(), python_rng=PythonRng.capture(),
+                    grad_enabled=torch.is_grad_enabled(), default_dtype=torch.get_default_dtype())
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            state.cuda_rng = torch.cuda.get_rng_state_all()
+        if root is not None:
+            modules = list(root.modules())
+            tensors = _unique_tensors(modules)
+            check_copy_fits(sum(t.numel() * t.element_size() for t in tensors
+                                if t.device.type != "meta"), what)
+            state.modules = [_module_state(m) for m in modules]
+            state.tensors = [_tensor_state(t) for t in tensors]
+            state.configs = _configs(modules)
+        return state
+
+    def restore(self) -> None:
+        import torch
+
+        for ms in self.modules:
+            _restore_module(ms)
+        for config, saved in self.configs:
+            vars(config).clear()
+            vars(config).update(saved)
+        with torch.no_grad():
+            for ts in self.tensors:
+                _restore_tensor(ts)
+        torch.set_rng_state(self.rng)
+        if self.cuda_rng is not None:
+            torch.cuda.set_rng_state_all(self.cuda_rng)
+        if self.python_rng is not None:
+            self.python_rng.restore()
+        torch.set_grad_enabled(self.grad_enabled)
+        torch.set_default_dtype(self.default_dtype)
+
+
+def _unique_tensors(modules: list[Any]) -> list[Any]:
+    """Parameters, their grads (``module.to()`` casts those in place too) and buffers, once."""
+    seen: dict[int, Any] = {}
+    for m in modules:
+        for t in [*m._parameters.values(), *m._buffers.values()]:
+            if t is not None:
+                seen.setdefault(id(t), t)
+                if t.grad is not None:
+                    seen.setdefault(id(t.grad), t.grad)
+    return list(seen.values())
+
+
+def _configs(modules: list[Any]) -> list[tuple[Any, dict[str, Any]]]:
+    """Hugging Face configs the export adjusts (``use_cache``): shallow copies of their fields."""
+    from unframe.converters.frontends._torch.unwrap import is_hf_config
+
+    found: dict[int, Any] = {}
+    for m in modules:
+        for name in ("config", "generation_config"):
+            obj = vars(m).get(name)
+            if obj is not None and is_hf_config(obj):
+                found.setdefault(id(obj), obj)
+    return [(obj, dict(vars(obj))) for obj in found.values()]
+
+
+def _module_state(module: Any) -> _ModuleState:
+    dicts = {name: (set(value) if isinstance(value, set) else dict(value))
+             for name, value in vars(module).items()
+             if name in _TREE_DICTS or ("hook" in name and isinstance(value, dict))}
+    return _ModuleState(module, module.training, dict(vars(module)), dicts)
+
+
+def _tensor_state(t: Any) -> _TensorState:
+    import torch
+
+    copy = None
+    if t.device.type != "meta":  # an uninitialized (lazy) tensor has no values to keep
+        with torch.no_grad():
+            copy = t.detach().to("cpu", copy=True)
+    return _TensorState(t, t.detach(), copy, t._version, t.requires_grad, t.grad)
+
+
+def _restore_module(ms: _ModuleState) -> None:
+    current = vars(ms.module)
+    for name in [n for n in current if n not in ms.attrs]:
+        del current[name]
+    for name, value in ms.attrs.items():
+        if name in ms.dicts:
+            _refill(value, ms.dicts[name])
+        if current.get(name, _MISSING) is not value:
+            current[name] = value
+    ms.module.training = ms.training
+
+
+_MISSING = object()
+
+
+def _refill(container: Any, saved: Any) -> None:
+    """Put the saved entries back into the same dict/set object (handles point at it)."""
+    if isinstance(container, set):
+        container.clear()
+        container.update(saved)
+        return
+    if list(container) == list(saved) and all(container[k] is v for k, v in saved.items()):
+        return
+    container.clear()
+    container.update(saved)
+
+
+def _restore_tensor(ts: _TensorState) -> None:
+    t = ts.tensor
+    if (t.data_ptr() != ts.alias.data_ptr() or t.dtype != ts.alias.dtype
+            or t.device != ts.alias.device or t.shape != ts.alias.shape):
+        t.data = ts.alias  # the original storage, device and dtype
+    if ts.copy is not None and (t._version != ts.version or not same_bits(t.detach(), ts.copy)):
+        t.detach().copy_(ts.copy)
+    if t.is_leaf and t.requires_grad != ts.requires_grad:
+        t.requires_grad_(ts.requires_grad)
+    if t.grad is not ts.grad:
+        t.grad = ts.grad
+
+
+def same_bits(a: Any, cpu_copy: Any) -> bool:
+    """Bitwise equality (NaN payloads and -0.0 included), comparing on the copy's device."""
+    import torch
+
+    a = a.to("cpu") if a.device.type != "cpu" else a
+    if a.dtype != cpu_copy.dtype or a.shape != cpu_copy.shape:
+        return False
+    if a.dtype.is_floating_point and a.dtype.itemsize in _INT_OF_SIZE:
+        as_int = _INT_OF_SIZE[a.dtype.itemsize]
+        return torch.equal(a.view(as_int), cpu_copy.view(as_int))
+    return torch.equal(a, cpu_copy)
+
+
+_INT_OF_SIZE: dict[int, Any] = {}
+
+
+def _int_views() -> None:
+    import torch
+
+    _INT_OF_SIZE.update({1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64})
+
+
+@contextlib.contextmanager
+def preserved(obj: Any, what: str) -> Iterator[None]:
+    """Snapshot ``obj`` (an nn.Module or wrapper; anything else: the process state only), put
+    it in eval mode with autocast off, and restore everything on exit."""
+    import torch
+
+    if not _INT_OF_SIZE:
+        _int_views()
+    root = obj if isinstance(obj, torch.nn.Module) else None
+    state = TorchState.capture(root, what)
+    try:
+        with _no_autocast():
+            if root is not None:
+                root.eval()
+            yield
+    finally:
+        state.restore()
+
+
+@contextlib.contextmanager
+def _no_autocast() -> Iterator[None]:
+    """An autocast region around the call would change what the export records."""
+    import torch
+
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(torch.autocast("cpu", enabled=False))
+        if torch.cuda.is_available():
+            stack.enter_context(torch.autocast("cuda", enabled=False))
+        yield
