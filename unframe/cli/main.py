@@ -23,6 +23,18 @@ LAZY_COMMANDS = {
 class LazyGroup(click.Group):
     """Subcommands defined in other modules, imported only when used."""
 
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        ctx.meta["unframe.json"] = "--json" in args  # a usage error prints JSON too
+        return super().parse_args(ctx, args)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except click.ClickException as exc:  # bad option or argument, found by click
+            if ctx.meta.get("unframe.json"):
+                _echo_json_error("usage", exc.exit_code, exc.format_message(), "see --help")
+            raise
+
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted([*super().list_commands(ctx), *LAZY_COMMANDS])
 
@@ -60,6 +72,12 @@ class LazyGroup(click.Group):
 def cli() -> None:
     """unframe: convert trained models between frameworks and runtimes through ONNX,
     checking each stage's numbers against the stage before it."""
+
+
+def _echo_json_error(kind: str, code: int, message: str, hint: str) -> None:
+    """The JSON error object every failure prints on stdout under --json."""
+    click.echo(json.dumps({"error": kind, "exit_code": code, "message": message, "hint": hint},
+                          indent=2))
 
 
 def _fail_line(message: str, code: int) -> None:
@@ -123,6 +141,8 @@ def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
                                "(--json or --debug lists every one)", err=True)
             sys.exit(exc.exit_code)
         except KeyboardInterrupt:
+            if as_json:
+                _echo_json_error("interrupted", 130, "interrupted; nothing was written", "")
             click.echo("error: interrupted; nothing was written", err=True)
             sys.exit(130)
         except click.exceptions.Exit:
@@ -133,6 +153,9 @@ def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
 
                 traceback.print_exc()
             text = " ".join(str(exc).split())
+            if as_json:
+                _echo_json_error("internal", 1, f"unexpected {type(exc).__name__}: {text}",
+                                 "nothing was written; rerun with --debug and report it")
             text = (text if debug else _cut(text, MAX_MESSAGE)) or type(exc).__name__
             click.echo(f"error: unexpected {type(exc).__name__}: {text} "
                        "(nothing was written; rerun with --debug and report it)", err=True)

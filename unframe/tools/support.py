@@ -87,8 +87,26 @@ def _sklearn() -> list[str]:
     return lines + [""]
 
 
+def _sklearn_safe_load() -> list[str]:
+    from unframe.converters.frontends._sklearn.validators import VALIDATORS
+
+    by_check: dict[str, list[str]] = {}
+    for name, validator in VALIDATORS.items():
+        by_check.setdefault(validator.summary, []).append(str(name))
+    lines = ["## scikit-learn, XGBoost, LightGBM: loaded without --trust", "",
+             f"{len(VALIDATORS)} types that skops does not trust by default (or that unframe "
+             "checks anyway) load from a .skops file without `--trust`, because unframe validates "
+             "their content before anything builds them; any other untrusted type still needs "
+             "`--trust`. A file that fails a check is refused (exit 3) with the reason.", "",
+             "| types | checked |", "|---|---|"]
+    for summary, names in by_check.items():
+        lines.append(f"| {', '.join(f'`{n}`' for n in sorted(names))} | {summary} |")
+    return lines + [""]
+
+
 SECTIONS: list[Callable[[], list[str]]] = [
-    _frontends_backends, _version_converter, _coreml, _mil_evaluator, _tensorrt, _sklearn]
+    _frontends_backends, _version_converter, _coreml, _mil_evaluator, _tensorrt, _sklearn,
+    _sklearn_safe_load]
 
 
 def render() -> str:

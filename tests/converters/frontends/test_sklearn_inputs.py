@@ -59,7 +59,7 @@ def check(model: Any, exp: ExportResult) -> None:
 def test_registered_with_suffixes_and_object_detection(logreg: LogisticRegression) -> None:
     fe = frontend()
     assert fe.name == "sklearn" and fe.extra == "sklearn"
-    assert set(fe.suffixes) == {".skops", ".pkl", ".joblib"}
+    assert set(fe.suffixes) == {".skops", ".pkl", ".joblib", ".json", ".ubj", ".txt"}
     assert fe.accepts_object(logreg)
     assert not fe.accepts_object(np.zeros(3))
 
@@ -347,3 +347,34 @@ def test_cli_refuses_pickle_without_trust(tmp_path: Path, logreg: LogisticRegres
     res = CliRunner().invoke(cli, ["convert", str(src), "-o", str(tmp_path / "m.onnx")])
     assert res.exit_code == TrustRequiredError.exit_code, res.output
     assert "--trust" in res.output
+
+
+@pytest.mark.parametrize("first", ["PCA", "StandardScaler"])
+def test_float32_fitted_pipeline_gets_float32_per_step(tmp_path: Path, first: str) -> None:
+    """A pipeline fitted on float32 keeps float32 arrays (PCA) or not (StandardScaler keeps
+    float64 statistics) and ends in KMeans, whose Cython refuses another dtype than its
+    centers': each step is fed the dtype it was fitted on (this died with 'Buffer dtype
+    mismatch', exit 1)."""
+    import skops.io as sio
+    from click.testing import CliRunner
+    from sklearn.cluster import KMeans
+    from sklearn.decomposition import PCA
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    from unframe.cli.main import cli
+
+    x = np.random.default_rng(3).normal(size=(120, 5)).astype(np.float32)
+    step = PCA(3) if first == "PCA" else StandardScaler()
+    model = make_pipeline(step, KMeans(3, n_init=1, random_state=0)).fit(x)
+    assert model[-1].cluster_centers_.dtype == np.float32
+    src, out, samples = tmp_path / "m.skops", tmp_path / "m.onnx", tmp_path / "s.npz"
+    sio.dump(model, src)
+    np.savez(samples, X=x[:20])
+    res = CliRunner().invoke(cli, ["convert", str(src), "-o", str(out), "--sample-inputs",
+                                   str(samples), "--json"])
+    assert res.exit_code == 0, res.output
+    import json
+
+    stages = json.loads(res.stdout)["parity"]["stages"]
+    assert stages and all(s["status"] == "passed" for s in stages)

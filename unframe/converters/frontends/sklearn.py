@@ -30,8 +30,9 @@ class SklearnFrontend(Frontend):
     requires = ("sklearn", "skl2onnx")
     packages = "scikit-learn, skl2onnx, skops, onnxmltools"
     description = ("fitted scikit-learn estimators and pipelines (.skops; .pkl/.joblib with "
-                   "--trust), XGBoost and LightGBM scikit-learn wrappers")
-    suffixes = (".skops", ".pkl", ".joblib")
+                   "--trust), XGBoost and LightGBM scikit-learn wrappers and model files "
+                   "(.json/.ubj, .txt)")
+    suffixes = (".skops", ".pkl", ".joblib", ".json", ".ubj", ".txt")
     object_types = ("sklearn.base.BaseEstimator",)
     # "float_precision" is the CLI's --float-precision; "precision" is accepted too, but only
     # its auto/float/double values (fp16/fp32/bf16 belong to the coreml/tensorrt backends).
@@ -42,6 +43,14 @@ class SklearnFrontend(Frontend):
 
     def default_opset(self) -> int:
         return min(DEFAULT_OPSET, _max_opset())
+
+    def accepts_path(self, path: Path) -> bool:
+        """.json, .ubj and .txt only when the first bytes are an XGBoost or LightGBM model."""
+        from unframe.converters.frontends._sklearn.load import booster_kind
+
+        if not super().accepts_path(path):
+            return False
+        return path.suffix.lower() in (".skops", ".pkl", ".joblib") or booster_kind(path) is not None
 
     def closest_opset(self, wanted: int) -> int:
         from unframe.converters.frontends._sklearn.export import MIN_OPSET

@@ -280,6 +280,10 @@ def _double_or_raise(model: Any, plan: InputPlan, opset: int, zipmap: bool, sour
     if all(k != inputs_mod.FLOAT for k in plan.kinds):
         raise UsageError(f"{source} has no float inputs, so the double route changes nothing",
                          "use precision float or auto")
+    if _infinite_tree_threshold(model):
+        raise UnsupportedError(f"{source} has a tree split at +inf (one that sends only missing "
+                               "values right); skl2onnx's double route loops forever on it",
+                               "use precision float")
     conv = convert_route(model, plan, double=True, opset=opset, zipmap=zipmap, source=source)
     try:
         OnnxRuntimeRunner(conv.proto)
@@ -288,6 +292,19 @@ def _double_or_raise(model: Any, plan: InputPlan, opset: int, zipmap: bool, sour
                               f"onnxruntime: {_first_line(exc)}",
                               "use precision float") from None
     return conv
+
+
+def _infinite_tree_threshold(model: Any) -> bool:
+    """A scikit-learn tree fitted on data with missing values may split at +inf; skl2onnx's
+    double-precision threshold search (``find_switch_point``) never ends on it."""
+    for est in walk(model):
+        members = getattr(est, "estimators_", None)
+        found = [est] + (list(np.asarray(members, dtype=object).ravel()) if members is not None
+                         and not isinstance(members, str) else [])
+        if any(np.isinf(getattr(getattr(m, "tree_", None), "threshold", np.zeros(0))).any()
+               for m in found):
+            return True
+    return False
 
 
 def converted_by(model: Any) -> dict[str, str]:

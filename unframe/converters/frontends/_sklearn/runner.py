@@ -77,6 +77,30 @@ def labels_as_column(model: Any) -> bool:
     return is_outlier_detector(model) or type(final_estimator(model)).__name__ in MIXTURES
 
 
+def fitted_float_dtype(est: Any) -> np.dtype | None:
+    """float32 when every fitted float array of the estimator is float32: it was fitted on
+    float32 data, keeps its arrays in that dtype, and some estimators' Cython (KMeans) refuses
+    another input dtype. None: any float dtype works."""
+    dtypes = {v.dtype for k, v in vars(est).items()
+              if k.endswith("_") and isinstance(v, np.ndarray) and v.dtype.kind == "f"}
+    return np.dtype(np.float32) if dtypes == {np.dtype(np.float32)} else None
+
+
+def apply(model: Any, method: str, x: Any) -> Any:
+    """``model.<method>(x)``, a pipeline step by step so that each estimator gets its input in
+    the float dtype it was fitted on (a float32-fitted KMeans after a float64 step would fail)."""
+    if hasattr(model, "steps") and hasattr(model, "named_steps"):
+        for _, step in model.steps[:-1]:
+            if step is not None and not isinstance(step, str):
+                x = apply(step, "transform", x)
+        last = model.steps[-1][1]
+        return x if last is None or isinstance(last, str) else apply(last, method, x)
+    dtype = fitted_float_dtype(model)
+    if dtype is not None and isinstance(x, np.ndarray) and x.dtype.kind == "f":
+        x = x.astype(dtype, copy=False)
+    return getattr(model, method)(x)
+
+
 def call(model: Any, method: str, x: Any) -> np.ndarray:
     if method == PROBA_ZIPMAP:  # ZipMap's layout: one {class: probability} dict per row
         classes = final_estimator(model).classes_
@@ -84,9 +108,9 @@ def call(model: Any, method: str, x: Any) -> np.ndarray:
         return np.array([{_plain(c): float(p) for c, p in zip(classes, row, strict=False)} for row in rows],
                         dtype=object)
     if method in (DECISION_2COL, DECISION_SVC):
-        d = np.asarray(model.decision_function(x)).reshape(-1, 1)
+        d = np.asarray(apply(model, "decision_function", x)).reshape(-1, 1)
         return np.hstack([d, -d] if method == DECISION_SVC else [-d, d])
-    out = getattr(model, method)(x)
+    out = apply(model, method, x)
     if hasattr(out, "toarray"):
         out = out.toarray()
     out = np.asarray(out)
@@ -101,8 +125,8 @@ def call(model: Any, method: str, x: Any) -> np.ndarray:
 
 def _proba_or_decision(model: Any, x: Any) -> np.ndarray:
     if hasattr(model, "predict_proba"):
-        return np.asarray(model.predict_proba(x))
-    return np.asarray(model.decision_function(x)).reshape(len(x), -1)
+        return np.asarray(apply(model, "predict_proba", x))
+    return np.asarray(apply(model, "decision_function", x)).reshape(len(x), -1)
 
 
 def _plain(value: Any) -> Any:
