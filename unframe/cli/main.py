@@ -176,6 +176,10 @@ def _console() -> Any:
 @click.option("--nchw-inputs", is_flag=True, default=None, help="tf: transpose NHWC image inputs to NCHW at the graph edge.")
 @click.option("--custom-objects", type=click.Path(), help="tf: a .py module defining custom Keras classes (needs --trust).")
 @click.option("--zipmap", is_flag=True, default=None, help="sklearn: keep ZipMap on classifier probabilities.")
+@click.option("--ml-to-tensor", is_flag=True, default=None,
+              help="Rewrite ai.onnx.ml ops into standard ONNX ops (automatic for coreml and tensorrt).")
+@click.option("--tree-strategy", type=click.Choice(["auto", "gemm", "perfect", "traversal"]),
+              help="ml_to_tensor: how trees are compiled (default auto: by depth, as hummingbird).")
 @click.option("--float-precision", type=click.Choice(["auto", "float", "double"]), help="sklearn: float32 or double route.")
 @click.option("--precision", type=click.Choice(["fp32", "fp16", "bf16"]), help="coreml/tensorrt: compute precision.")
 @click.option("--target", "deploy_target", metavar="iOS16|iOS17|...", help="coreml: minimum deployment target.")

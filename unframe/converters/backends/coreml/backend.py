@@ -43,6 +43,7 @@ class CoreMLBackend(Backend):
     description = "Core ML ML Program (.mlpackage), checked with the MIL reference evaluator"
     suffixes = (".mlpackage", ".mlmodel")
     canonical_opset = CANONICAL_OPSET
+    tensor_only = True  # no ai.onnx.ml ops, no strings: the route lowers them first
     option_names = ("target", "precision", "static", "dims", "enumerated", "image_input", "scale",
                     "bias", "color_layout", "class_labels", "sample_shapes")
 
@@ -168,8 +169,11 @@ def _build(model: ir.Model, target: Target) -> tuple[Any, dict[str, str], list[A
     ios = ios_of(target.get("target"))
     names = NameMap()
     plans = plan_inputs(model, names, target.options)
-    prog = build_program(model, ios, plans, names)
+    fp32_ops: set[str] = set()
+    prog = build_program(model, ios, plans, names, fp32_ops)
     precision = ct.precision.FLOAT16 if _precision(target) == "fp16" else ct.precision.FLOAT32
+    if precision == ct.precision.FLOAT16 and fp32_ops:  # comparisons and sums of lowered ML ops
+        precision = ct.transform.FP16ComputePrecision(op_selector=lambda op: not _keeps_fp32(op, fp32_ops))
     kwargs: dict[str, Any] = {}
     labels = target.get("class_labels")
     if labels:
@@ -186,6 +190,14 @@ def _build(model: ir.Model, target: Target) -> tuple[Any, dict[str, str], list[A
                               f"{str(exc).splitlines()[0] if str(exc) else ''}",
                               "report it with the model; `unframe check --to coreml` lists known limits") from exc
     return mlmodel, names.mapping, plans
+
+
+def _keeps_fp32(op: Any, fp32_ops: set[str]) -> bool:
+    """An op written for a node that stays in float32, or the identity naming its output."""
+    if op.name in fp32_ops:
+        return True
+    source = getattr(op, "x", None) if op.op_type == "identity" else None
+    return source is not None and source.op is not None and source.op.name in fp32_ops
 
 
 def _labels(labels: Any) -> list[Any]:

@@ -23,6 +23,7 @@ from unframe.converters.backends.coreml.context import MIL_DTYPES, TranslateCont
 from unframe.converters.backends.coreml.ops import ALTERNATIVES, TRANSLATORS
 from unframe.errors import Blocker, ConversionError, UsageError
 from unframe.opset import is_default_domain
+from unframe.passes import keeps_fp32
 
 if TYPE_CHECKING:
     from coremltools.converters.mil.mil import Program, Var
@@ -92,6 +93,9 @@ class NameMap:
 class GraphTranslator:
     ios: int
     names: NameMap = field(default_factory=NameMap)
+    # MIL ops written for ONNX nodes that ask to stay in float32 (``unframe.passes.KEEP_FP32``):
+    # an fp16 program leaves them out of its cast pass
+    fp32_ops: set[str] = field(default_factory=set)
 
     def run_graph(self, graph: ir.Graph, env: dict[str, Var]) -> None:
         from coremltools.converters.mil import Builder as mb
@@ -103,12 +107,16 @@ class GraphTranslator:
             self.run_node(node, env)
 
     def run_node(self, node: ir.Node, env: dict[str, Var]) -> None:
+        from coremltools.converters.mil.mil.block import curr_block
+
         spec = TRANSLATORS.get(node.op_type, None) if is_default_domain(node.domain) else None
         if spec is None:
             raise ConversionError(f"node {node.name!r} [{node.domain}::{node.op_type}]: no CoreML translator",
                                   "run `unframe check` to list every unsupported op")
         inputs = [env[v.name] if v is not None and v.name else None for v in node.inputs]
         ctx = TranslateContext(node, inputs, self.ios, self, env)
+        block = curr_block() if keeps_fp32(node) else None
+        before = len(block.operations) if block is not None else 0
         try:
             result = spec.fn(ctx)
         except ConversionError:
@@ -116,6 +124,10 @@ class GraphTranslator:
         except Exception as exc:
             raise ConversionError(f"node {node.name!r} [{node.op_type}]: {type(exc).__name__}: {exc}",
                                   "report it with the model, or pick another target") from exc
+        if block is not None:
+            new = len(block.operations) - before  # the ops this node added, from the end
+            for op, _ in zip(reversed(block.operations), range(new), strict=False):
+                self.fp32_ops.add(op.name)
         outs = list(result) if isinstance(result, (list, tuple)) else [result]
         for value, var in zip(node.outputs, outs, strict=False):
             if value.name and var is not None:
@@ -199,8 +211,10 @@ def _parse_dims(dims: Iterable[Any]) -> dict[str, tuple[int, int]]:
     return out
 
 
-def build_program(model: ir.Model, ios: int, plans: list[InputPlan], names: NameMap) -> Program:
-    """The MIL program of the model's main graph."""
+def build_program(model: ir.Model, ios: int, plans: list[InputPlan], names: NameMap,
+                  fp32_ops: set[str] | None = None) -> Program:
+    """The MIL program of the model's main graph; ``fp32_ops`` collects the names of the MIL
+    ops that must stay in float32."""
     from coremltools.converters.mil import Builder as mb
     from coremltools.converters.mil.mil import Function, Placeholder, Program, get_new_symbol
 
@@ -213,7 +227,7 @@ def build_program(model: ir.Model, ios: int, plans: list[InputPlan], names: Name
         dtype = mil_type(ir.DataType.INT32 if p.dtype == ir.DataType.BOOL else p.dtype)
         placeholders[p.mil_name] = Placeholder(shape, dtype=dtype)
     prog = Program()
-    translator = GraphTranslator(ios, names)
+    translator = GraphTranslator(ios, names, fp32_ops if fp32_ops is not None else set())
     with Function(placeholders, opset_version=ct_target(ios)) as func:
         env: dict[str, Var] = {}
         for p in plans:
