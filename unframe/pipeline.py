@@ -314,9 +314,11 @@ class OpsetStage(Stage):
 class LowerStage(Stage):
     """ai.onnx.ml ops rewritten into standard ONNX ops (``unframe.passes.ml_to_tensor``), for
     runtimes that have no ML domain (automatic) or on request (``ml_to_tensor``). A model below
-    opset 13 is brought to 13 first. With ``encode_strings`` string inputs and outputs become
-    indices under a stated mapping, applied to the reference runner and the feeds here so that
-    every later stage compares like with like; the decisions go to the notes (provenance)."""
+    opset 13 is brought to 13 first. For a runtime without the ML domain (``encode_strings``)
+    string inputs and outputs become indices under a stated mapping, applied to the reference
+    runner and the feeds here so that every later stage compares like with like, and the whole
+    graph is pinned to float32 (its labels come from comparing scores); the decisions go to the
+    notes (provenance)."""
 
     kind = "lower"
     RULE = "trees: GEMM depth <= 3, perfect traversal <= 10, traversal beyond"
@@ -350,11 +352,14 @@ class LowerStage(Stage):
         from unframe.passes import ml_to_tensor as mlt
 
         if not self._needed(flow.model):
-            return  # nothing to lower: nothing changed, nothing to compare
+            if self.encode_strings and flow.frontend.emits_ml_ops:
+                self._pin(flow)
+            return  # nothing lowered: nothing computes differently, nothing to compare
         flow.pin_runners()
         _at_lowering_opset(flow.model, flow)
         report = mlt.lower(flow.model, encode_strings=self.encode_strings,
-                           tree_strategy=flow.settings.options.get("tree_strategy"))
+                           tree_strategy=flow.settings.options.get("tree_strategy"),
+                           pin_fp32=self.encode_strings)
         decided = report.strategies()
         if decided:
             self.detail = f"ai.onnx.ml ops -> standard ONNX ({'; '.join(decided)})"
@@ -364,6 +369,17 @@ class LowerStage(Stage):
         if flow.validate:
             self._map_reference(flow, report)
             flow.candidate = onnx_runner_of(flow.model)
+
+    @staticmethod
+    def _pin(flow: Flow) -> None:
+        """A classical ML model without ML ops (an MLP, a Gaussian process...) still decides
+        labels by comparing scores: keep it in float32 on a 16-bit backend too."""
+        from unframe.passes import KEEP_FP32
+
+        for node in flow.model.graph:
+            node.metadata_props[KEEP_FP32] = "1"
+        flow.notes.append("ml_to_tensor: graph pinned to float32 (a scikit-learn model's labels "
+                          "come from comparing scores; 16-bit compute would move them)")
 
     @staticmethod
     def _map_reference(flow: Flow, report: Any) -> None:

@@ -21,6 +21,7 @@ import onnx_ir as ir
 
 from unframe.errors import Blocker, UnsupportedError
 from unframe.opset import main_opset
+from unframe.passes import KEEP_FP32
 from unframe.passes.ml_to_tensor import strings as string_io
 from unframe.passes.ml_to_tensor.builder import MIN_OPSET, Emitter, Names
 from unframe.passes.ml_to_tensor.registry import LOWERINGS, ML_DOMAIN, LowerContext, Unsupported
@@ -112,9 +113,12 @@ def _blocker(node: ir.Node, reason: str, hint: str = "") -> Blocker:
     return Blocker(node.op_type, reason, node.name, ML_DOMAIN, hint)
 
 
-def lower(model: ir.Model, *, encode_strings: bool = False, tree_strategy: str | None = None
-          ) -> LowerReport:
-    """Rewrite ``model`` in place (raises UnsupportedError with every blocker)."""
+def lower(model: ir.Model, *, encode_strings: bool = False, tree_strategy: str | None = None,
+          pin_fp32: bool = False) -> LowerReport:
+    """Rewrite ``model`` in place (raises UnsupportedError with every blocker). ``pin_fp32``
+    marks every node of the graph ``KEEP_FP32``: a model that held ai.onnx.ml ops decides its
+    labels by comparing scores (trees, SVM signs, argmaxes after the ML ops), and a 16-bit
+    backend would move those decisions; the lowered nodes are marked either way."""
     report = LowerReport()
     if not has_ml_ops(model) and not (encode_strings and string_io.has_strings(model)):
         return report
@@ -145,6 +149,9 @@ def lower(model: ir.Model, *, encode_strings: bool = False, tree_strategy: str |
         report.output_labels = string_io.encode_outputs(model, names, opset)
     _drop_ml_import(model)
     _drop_unused_tables(model.graph, names)
+    if pin_fp32 and report.lowered:
+        for node in graph:
+            node.metadata_props[KEEP_FP32] = "1"
     if report.mappings:
         model.metadata_props[MAPPING_KEY] = json.dumps(report.mappings, sort_keys=True)
     return report
@@ -167,13 +174,15 @@ def _drop_ml_import(model: ir.Model) -> None:
 class MLToTensorPass(ir.passes.InPlacePass):
     """``lower`` as an onnx-ir pass (the report is kept on the pass)."""
 
-    def __init__(self, *, encode_strings: bool = False, tree_strategy: str | None = None) -> None:
+    def __init__(self, *, encode_strings: bool = False, tree_strategy: str | None = None,
+                 pin_fp32: bool = False) -> None:
         super().__init__()
         self.encode_strings = encode_strings
         self.tree_strategy = tree_strategy
+        self.pin_fp32 = pin_fp32
         self.report = LowerReport()
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         self.report = lower(model, encode_strings=self.encode_strings,
-                            tree_strategy=self.tree_strategy)
+                            tree_strategy=self.tree_strategy, pin_fp32=self.pin_fp32)
         return ir.passes.PassResult(model, modified=self.report.changed)

@@ -1,9 +1,10 @@
 """Strings at the edge of a model, for targets that hold none (Core ML, TensorRT).
 
 Inputs: a string input read only by lookups (``OneHotEncoder`` ``cats_strings``,
-``LabelEncoder`` ``keys_strings``) becomes an int64 input holding the index of each value in a
-vocabulary, the union of those lookups' keys (-1 for any other value, which every lookup treats
-as unknown); the lookups are rewritten to take the indices::
+``LabelEncoder`` ``keys_strings``), directly or through ops that only select or reshape values
+(``Gather`` of columns, ``Slice``, ``Reshape``...), becomes an int64 input holding the index of
+each value in a vocabulary, the union of those lookups' keys (-1 for any other value, which every
+lookup treats as unknown); the lookups are rewritten to take the indices::
 
     Before::  city: string [N, 1] -> OneHotEncoder(cats_strings=[LA, NY])
     After::   city: int64 [N, 1]  -> OneHotEncoder(cats_int64s=[0, 1])   vocabulary [LA, NY]
@@ -36,6 +37,8 @@ SHAPE_ONLY = frozenset({"Identity", "Reshape", "Squeeze", "Unsqueeze", "Flatten"
 STRING_TABLES = frozenset({"TreeEnsembleClassifier", "LinearClassifier", "SVMClassifier",
                            "LabelEncoder", "ArrayFeatureExtractor"})
 LOOKUPS = {"OneHotEncoder": "cats_strings", "LabelEncoder": "keys_strings"}
+# ops that pick or reshape values of their first input: indices travel through them unchanged
+SELECTS = SHAPE_ONLY | {"Gather", "GatherElements", "Slice", "Transpose", "Expand", "Tile"}
 
 
 def _is_string(value: ir.Value) -> bool:
@@ -49,20 +52,36 @@ def has_strings(model: ir.Model) -> bool:
 def check(model: ir.Model) -> list[Blocker]:
     out = []
     for value in model.graph.inputs:
-        if not _is_string(value):
-            continue
-        for node, _ in value.uses():
-            if not (node.domain == ML_DOMAIN and node.op_type in LOOKUPS
-                    and attr_value(node, LOOKUPS[node.op_type])):
-                out.append(Blocker(node.op_type, f"string input {value.name!r} is read by "
-                                   f"{node.op_type}, which no host-side index mapping covers",
-                                   node.name, node.domain,
-                                   "encode the strings before the model, or keep the onnx target"))
+        if _is_string(value):
+            out += _reach(value)[1]
     for value in model.graph.outputs:
         if _is_string(value) and _string_source(value) is None:
             out.append(Blocker("output", f"string output {value.name!r} is not a lookup into a "
                                "constant label table", hint="keep the onnx target"))
     return out
+
+
+def _reach(value: ir.Value) -> tuple[list[tuple[ir.Node, int]], list[Blocker]]:
+    """Every node the strings of ``value`` reach (through SELECTS) with the input index they
+    arrive on, and the blockers: readers that are neither selections nor lookups."""
+    reached, blockers, stack, seen = [], [], [value], set()
+    while stack:
+        v = stack.pop()
+        if id(v) in seen:
+            continue
+        seen.add(id(v))
+        for node, index in v.uses():
+            reached.append((node, index))
+            standard = node.domain in ("", "ai.onnx")
+            if standard and node.op_type in SELECTS and index == 0:
+                stack.extend(node.outputs)
+            elif not (node.domain == ML_DOMAIN and node.op_type in LOOKUPS
+                      and attr_value(node, LOOKUPS[node.op_type])):
+                blockers.append(Blocker(node.op_type, f"string input {value.name!r} is read by "
+                                        f"{node.op_type}, which no host-side index mapping covers",
+                                        node.name, node.domain,
+                                        "encode the strings before the model, or keep the onnx target"))
+    return reached, blockers
 
 
 def _string_source(value: ir.Value) -> ir.Node | None:
@@ -98,13 +117,19 @@ def encode_inputs(model: ir.Model, names: Names, opset: int) -> dict[str, list[s
     for value in model.graph.inputs:
         if not _is_string(value):
             continue
+        reached, _ = _reach(value)
+        lookups = [n for n, _ in reached if n.domain == ML_DOMAIN and n.op_type in LOOKUPS]
         vocab: list[str] = []
-        for node, _ in value.uses():
+        for node in lookups:
             for key in attr_value(node, LOOKUPS[node.op_type]):
                 if key not in vocab:
                     vocab.append(key)
-        for node, _ in list(value.uses()):
+        for node in lookups:
             _as_index_lookup(node, vocab)
+        for node, _ in reached:
+            if node.domain in ("", "ai.onnx") and node.op_type in SELECTS:
+                for out in node.outputs:
+                    out.type = ir.TensorType(I64)
         value.type = ir.TensorType(I64)
         vocab_of[value.name] = vocab
     return vocab_of

@@ -23,6 +23,7 @@ import onnx_ir as ir
 from unframe.converters.base import Artifact, Backend, RunnerUnavailable, Target
 from unframe.converters.registry import register_backend
 from unframe.errors import Blocker, ConversionError, UnsupportedError, UsageError
+from unframe.passes import keeps_fp32
 from unframe.validate.runner import Runner, TensorSpec
 
 CANONICAL_OPSET = 21
@@ -173,7 +174,11 @@ def _build(model: ir.Model, target: Target) -> tuple[Any, dict[str, str], list[A
     prog = build_program(model, ios, plans, names, fp32_ops)
     precision = ct.precision.FLOAT16 if _precision(target) == "fp16" else ct.precision.FLOAT32
     if precision == ct.precision.FLOAT16 and fp32_ops:  # comparisons and sums of lowered ML ops
-        precision = ct.transform.FP16ComputePrecision(op_selector=lambda op: not _keeps_fp32(op, fp32_ops))
+        if all(keeps_fp32(n) for n in model.graph):
+            precision = ct.precision.FLOAT32
+        else:
+            precision = ct.transform.FP16ComputePrecision(
+                op_selector=lambda op: not _keeps_fp32(op, fp32_ops))
     kwargs: dict[str, Any] = {}
     labels = target.get("class_labels")
     if labels:
@@ -192,12 +197,15 @@ def _build(model: ir.Model, target: Target) -> tuple[Any, dict[str, str], list[A
     return mlmodel, names.mapping, plans
 
 
-def _keeps_fp32(op: Any, fp32_ops: set[str]) -> bool:
-    """An op written for a node that stays in float32, or the identity naming its output."""
-    if op.name in fp32_ops:
+def _keeps_fp32(op: Any, fp32_outputs: set[str]) -> bool:
+    """An op written for a node that stays in float32 (by its outputs' names, which survive
+    fusions), an op a fusion made for one (a weight's transpose) or the identity naming one."""
+    if any(v.name in fp32_outputs for v in op.outputs):
+        return True
+    if any(c.outputs and c.outputs[0].name in fp32_outputs for v in op.outputs for c in v.child_ops):
         return True
     source = getattr(op, "x", None) if op.op_type == "identity" else None
-    return source is not None and source.op is not None and source.op.name in fp32_ops
+    return source is not None and source.name in fp32_outputs
 
 
 def _labels(labels: Any) -> list[Any]:

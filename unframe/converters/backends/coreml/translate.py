@@ -93,8 +93,8 @@ class NameMap:
 class GraphTranslator:
     ios: int
     names: NameMap = field(default_factory=NameMap)
-    # MIL ops written for ONNX nodes that ask to stay in float32 (``unframe.passes.KEEP_FP32``):
-    # an fp16 program leaves them out of its cast pass
+    # outputs of the MIL ops written for ONNX nodes that ask to stay in float32
+    # (``unframe.passes.KEEP_FP32``): an fp16 program leaves their ops out of its cast pass
     fp32_ops: set[str] = field(default_factory=set)
 
     def run_graph(self, graph: ir.Graph, env: dict[str, Var]) -> None:
@@ -127,7 +127,8 @@ class GraphTranslator:
         if block is not None:
             new = len(block.operations) - before  # the ops this node added, from the end
             for op, _ in zip(reversed(block.operations), range(new), strict=False):
-                self.fp32_ops.add(op.name)
+                # output names survive the fusions that run before the fp16 cast pass
+                self.fp32_ops.update(v.name for v in op.outputs)
         outs = list(result) if isinstance(result, (list, tuple)) else [result]
         for value, var in zip(node.outputs, outs, strict=False):
             if value.name and var is not None:
@@ -213,8 +214,8 @@ def _parse_dims(dims: Iterable[Any]) -> dict[str, tuple[int, int]]:
 
 def build_program(model: ir.Model, ios: int, plans: list[InputPlan], names: NameMap,
                   fp32_ops: set[str] | None = None) -> Program:
-    """The MIL program of the model's main graph; ``fp32_ops`` collects the names of the MIL
-    ops that must stay in float32."""
+    """The MIL program of the model's main graph; ``fp32_ops`` collects the output names of the
+    MIL ops that must stay in float32."""
     from coremltools.converters.mil import Builder as mb
     from coremltools.converters.mil.mil import Function, Placeholder, Program, get_new_symbol
 
