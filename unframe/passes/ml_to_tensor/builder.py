@@ -20,6 +20,7 @@ from unframe.passes import KEEP_FP32
 MIN_OPSET = 13  # Unsqueeze/Squeeze/ReduceSum with axes as an input, Softmax over one axis
 _NP_TO_IR = {np.dtype(np.float32): ir.DataType.FLOAT, np.dtype(np.float64): ir.DataType.DOUBLE,
              np.dtype(np.int64): ir.DataType.INT64, np.dtype(np.int32): ir.DataType.INT32,
+             np.dtype(np.uint8): ir.DataType.UINT8,
              np.dtype(np.bool_): ir.DataType.BOOL}
 
 

@@ -14,7 +14,7 @@ Compiler for Unified Machine Learning Prediction Serving", OSDI 2020):
 Every strategy gathers ``x`` by feature index (a matrix product with a one-hot matrix would turn a
 NaN in any feature into a NaN everywhere) and compares with ``LessOrEqual`` on ``[x, -x]`` (see
 ``forest.py``), so NaN handling and thresholds are exact. Each returns the row of the leaf table
-reached per row and tree, ``[N, T]`` (int64), and the (tree, leaf) behind each table row.
+reached per row and tree (``Reached``).
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ PERFECT_MAX_DEPTH = 10
 STRATEGIES = ("gemm", "perfect", "traversal")
 MAX_DEPTH = {"gemm": 8, "perfect": 16}  # when forced: beyond these the tables outgrow memory
 _NEVER = 1_000_000.0  # a path count no padded leaf can reach
+I32 = ir.DataType.INT32  # slot and column indices: half the memory traffic of int64
 
 
 def choose_strategy(depth: int) -> str:
@@ -42,8 +43,14 @@ def choose_strategy(depth: int) -> str:
 
 @dataclass
 class Reached:
-    leaf_row: ir.Value  # [N, T] int64 rows of the leaf table
-    rows: list[tuple[int, int] | None]  # table row -> (tree, leaf), None for rows never reached
+    """Which leaf slot each row reaches in each tree: ``slot`` [N, T] (int32/int64) holds per-tree slot
+    numbers (0..width-1); ``leaves[t][slot]`` is the leaf in that slot of tree t (None: a slot no
+    row reaches). Per-tree tables are laid out [width, T] and read with ``GatherElements`` along
+    axis 0, which onnxruntime runs several times faster than ``Gather`` on a flat table."""
+
+    slot: ir.Value
+    width: int
+    leaves: list[list[int | None]]
 
 
 class Features:
@@ -142,7 +149,7 @@ def _gemm(emit: Emitter, features: Features, forest: Forest) -> Reached:
     eq_nan = np.zeros((n_trees, n_nodes), bool)
     path_matrix = np.zeros((n_trees, n_nodes, n_leaves), np.float32)
     counts = np.full((n_trees, 1, n_leaves), _NEVER, np.float32)
-    rows: list[tuple[int, int] | None] = [None] * (n_trees * n_leaves)
+    leaves: list[list[int | None]] = [[None] * n_leaves for _ in trees]
     for t, (tree, leaf_paths) in enumerate(zip(trees, paths, strict=True)):
         for i in range(len(tree.feature)):
             cols[t, i] = features.column(tree, i)
@@ -151,7 +158,7 @@ def _gemm(emit: Emitter, features: Features, forest: Forest) -> Reached:
             for node, sign in path:
                 path_matrix[t, node, slot] = sign
             counts[t, 0, slot] = sum(1 for _, s in path if s > 0)
-            rows[t * n_leaves + slot] = (t, leaf)
+            leaves[t][slot] = leaf
     v = emit.gather(features.value, emit.const(cols.reshape(-1), "features"), axis=1)
     c = condition(emit, v, emit.const(thr.reshape(-1), "thresholds"),
                   emit.const(eq.reshape(-1), "is_eq") if eq.any() else None,
@@ -161,10 +168,8 @@ def _gemm(emit: Emitter, features: Features, forest: Forest) -> Reached:
     sums = emit.op("MatMul", [c, emit.const(path_matrix, "paths")])  # [T, N, L]
     hit = emit.cast(emit.op("Equal", [sums, emit.const(counts, "counts")]), ir.DataType.FLOAT)
     slot = emit.op("ArgMax", [hit], {"axis": 2, "keepdims": 0}, dtype=ir.DataType.INT64)
-    offsets = emit.const((np.arange(n_trees, dtype=np.int64) * n_leaves).reshape(-1, 1), "offsets")
-    leaf_row = emit.op("Transpose", [emit.op("Add", [slot, offsets])], {"perm": [1, 0]},
-                       dtype=ir.DataType.INT64)
-    return Reached(leaf_row, rows)
+    slot = emit.op("Transpose", [slot], {"perm": [1, 0]}, dtype=ir.DataType.INT64)
+    return Reached(slot, n_leaves, leaves)
 
 
 # -- perfect tree traversal ----------------------------------------------------------------------
@@ -187,99 +192,103 @@ def _perfect(emit: Emitter, features: Features, forest: Forest) -> Reached:
     trees = forest.trees
     n_trees = len(trees)
     levels = [_levels(t, depth) for t in trees]
-    pos: ir.Value | None = None
+    slot: ir.Value | None = None
     for d in range(depth):
         width = 2 ** d
-        cols = np.zeros((n_trees, width), np.int64)
-        thr = np.zeros((n_trees, width), forest.dtype)
-        eq = np.zeros((n_trees, width), bool)
-        eq_nan = np.zeros((n_trees, width), bool)
+        cols = np.zeros((width, n_trees), np.int32)
+        thr = np.zeros((width, n_trees), forest.dtype)
+        eq = np.zeros((width, n_trees), bool)
+        eq_nan = np.zeros((width, n_trees), bool)
         for t, tree in enumerate(trees):
             for s, ref in enumerate(levels[t][d]):
                 if ref >= 0:
-                    cols[t, s] = features.column(tree, ref)
-                    thr[t, s], eq[t, s], eq_nan[t, s] = tree.threshold[ref], tree.is_eq[ref], \
+                    cols[s, t] = features.column(tree, ref)
+                    thr[s, t], eq[s, t], eq_nan[s, t] = tree.threshold[ref], tree.is_eq[ref], \
                         tree.eq_nan[ref]
-        pos = _step(emit, features, pos, cols, thr, eq, eq_nan, d)
-    rows: list[tuple[int, int] | None] = []
-    for t in range(n_trees):
-        rows += [(t, ~ref) for ref in levels[t][depth]]
-    assert pos is not None
-    return Reached(pos, rows)
+        slot = _step(emit, features, slot, cols, thr, eq, eq_nan)
+    assert slot is not None
+    leaves = [[~ref for ref in levels[t][depth]] for t in range(n_trees)]
+    return Reached(slot, 2 ** depth, leaves)
 
 
-def _step(emit: Emitter, features: Features, pos: ir.Value | None, cols: np.ndarray,
-          thr: np.ndarray, eq: np.ndarray, eq_nan: np.ndarray, level: int) -> ir.Value:
-    """One level: the condition of each row's slot, then the slot index one level down."""
-    flat = [a.reshape(-1) for a in (cols, thr, eq, eq_nan)]
-    is_eq = flat[2].any()
-    nan = flat[3].any()
-    if pos is None:  # level 0: every row sits at the root, so the tables are broadcast
-        v = emit.gather(features.value, emit.const(flat[0], "features"), axis=1)
-        th = emit.const(flat[1], "thresholds")
-        c = condition(emit, v, th, emit.const(flat[2], "is_eq") if is_eq else None,
-                      emit.const(flat[3], "eq_nan") if nan else None)
-        base = emit.const(np.arange(cols.shape[0], dtype=np.int64) * 2, "slots")
-        return emit.op("Add", [base, emit.cast(c, ir.DataType.INT64)], dtype=ir.DataType.INT64)
-    col = emit.gather(emit.const(flat[0], "features"), pos)
+def _lookup(emit: Emitter, table: np.ndarray, slot: ir.Value, hint: str) -> ir.Value:
+    """``table[slot[n, t], t]`` for a per-tree table [width, T]."""
+    return emit.op("GatherElements", [emit.const(table, hint), slot], {"axis": 0},
+                   dtype=ir_dtype(table.dtype))
+
+
+def _step(emit: Emitter, features: Features, slot: ir.Value | None, cols: np.ndarray,
+          thr: np.ndarray, eq: np.ndarray, eq_nan: np.ndarray) -> ir.Value:
+    """One level: the condition at each row's slot, then the slot one level down
+    (``2 * slot + condition``: the true child sits at the odd slot)."""
+    is_eq = eq.any()
+    nan = eq_nan.any()
+    if slot is None:  # level 0: every row sits at the root, so the tables are broadcast
+        v = emit.gather(features.value, emit.const(cols[0], "features"), axis=1)
+        c = condition(emit, v, emit.const(thr[0], "thresholds"),
+                      emit.const(eq[0], "is_eq") if is_eq else None,
+                      emit.const(eq_nan[0], "eq_nan") if nan else None)
+        return emit.cast(c, I32)
+    col = _lookup(emit, cols, slot, "features")
     v = emit.op("GatherElements", [features.value, col], {"axis": 1}, dtype=features.value.dtype)
-    th = emit.gather(emit.const(flat[1], "thresholds"), pos)
-    c = condition(emit, v, th, emit.gather(emit.const(flat[2], "is_eq"), pos) if is_eq else None,
-                  emit.gather(emit.const(flat[3], "eq_nan"), pos) if nan else None)
-    twice = emit.op("Add", [pos, pos], dtype=ir.DataType.INT64)
-    return emit.op("Add", [twice, emit.cast(c, ir.DataType.INT64)], dtype=ir.DataType.INT64)
+    c = condition(emit, v, _lookup(emit, thr, slot, "thresholds"),
+                  _lookup(emit, eq, slot, "is_eq") if is_eq else None,
+                  _lookup(emit, eq_nan, slot, "eq_nan") if nan else None)
+    twice = emit.op("Add", [slot, slot], dtype=I32)
+    return emit.op("Add", [twice, emit.cast(c, I32)], dtype=I32)
 
 
 # -- tree traversal ------------------------------------------------------------------------------
 
 def _traversal(emit: Emitter, features: Features, forest: Forest) -> Reached:
-    cols, thr, eq, eq_nan, true_next, false_next = [], [], [], [], [], []
-    rows: list[tuple[int, int] | None] = []
+    """Per tree: interior nodes, then leaves (pointing at themselves), padded to the largest."""
+    trees = forest.trees
+    width = max(len(t.feature) + len(t.leaves) for t in trees)
+    shape = (width, len(trees))
+    cols, thr = np.zeros(shape, np.int32), np.zeros(shape, forest.dtype)
+    eq, eq_nan = np.zeros(shape, bool), np.zeros(shape, bool)
+    true_next, false_next = np.zeros(shape, np.int32), np.zeros(shape, np.int32)
+    leaves: list[list[int | None]] = []
     roots = []
-    for t, tree in enumerate(forest.trees):
-        base = len(cols)
+    for t, tree in enumerate(trees):
         n_inner = len(tree.feature)
 
-        def index(ref: int, base: int = base, n_inner: int = n_inner) -> int:
-            return base + (ref if ref >= 0 else n_inner + ~ref)
+        def index(ref: int, n_inner: int = n_inner) -> int:
+            return ref if ref >= 0 else n_inner + ~ref
 
         for i in range(n_inner):
-            cols.append(features.column(tree, i))
-            thr.append(tree.threshold[i])
-            eq.append(tree.is_eq[i])
-            eq_nan.append(tree.eq_nan[i])
-            true_next.append(index(tree.true_ref[i]))
-            false_next.append(index(tree.false_ref[i]))
-            rows.append(None)
+            cols[i, t] = features.column(tree, i)
+            thr[i, t], eq[i, t], eq_nan[i, t] = tree.threshold[i], tree.is_eq[i], tree.eq_nan[i]
+            true_next[i, t], false_next[i, t] = index(tree.true_ref[i]), index(tree.false_ref[i])
+        slots: list[int | None] = [None] * width
         for leaf in range(len(tree.leaves)):
             me = index(~leaf)
-            cols.append(0)
-            thr.append(0.0)
-            eq.append(False)
-            eq_nan.append(False)
-            true_next.append(me)
-            false_next.append(me)
-            rows.append((t, leaf))
+            true_next[me, t] = false_next[me, t] = me
+            slots[me] = leaf
+        for pad in range(n_inner + len(tree.leaves), width):  # unused: point at themselves
+            true_next[pad, t] = false_next[pad, t] = pad
+        leaves.append(slots)
         roots.append(index(tree.root))
-    steps = max(1, forest.depth)
-    tables = {name: emit.const(np.asarray(a, dtype=dt), name) for name, a, dt in (
-        ("features", cols, np.int64), ("thresholds", thr, forest.dtype),
-        ("true_next", true_next, np.int64), ("false_next", false_next, np.int64))}
-    eq_t = emit.const(np.asarray(eq, bool), "is_eq") if any(eq) else None
-    nan_t = emit.const(np.asarray(eq_nan, bool), "eq_nan") if any(eq_nan) else None
-    pos = emit.const(np.asarray(roots, np.int64), "roots")
-    first = True
-    for _ in range(steps):
-        col = emit.gather(tables["features"], pos)
-        if first:  # every row at its tree's root: gather whole columns
-            v = emit.gather(features.value, col, axis=1)
-        else:
-            v = emit.op("GatherElements", [features.value, col], {"axis": 1},
-                        dtype=features.value.dtype)
-        c = condition(emit, v, emit.gather(tables["thresholds"], pos),
-                      emit.gather(eq_t, pos) if eq_t is not None else None,
-                      emit.gather(nan_t, pos) if nan_t is not None else None)
-        pos = emit.where(c, emit.gather(tables["true_next"], pos),
-                         emit.gather(tables["false_next"], pos))
-        first = False
-    return Reached(pos, rows)
+    root_index = np.asarray(roots, np.int64)
+    is_eq, nan = eq.any(), eq_nan.any()
+    slot: ir.Value | None = None
+    for _ in range(max(1, forest.depth)):
+        if slot is None:  # every row at its tree's root: read whole columns
+            v = emit.gather(features.value, emit.const(cols[root_index, range(len(trees))],
+                                                       "features"), axis=1)
+            c = condition(emit, v, emit.const(thr[root_index, range(len(trees))], "thresholds"),
+                          emit.const(eq[root_index, range(len(trees))], "is_eq") if is_eq else None,
+                          emit.const(eq_nan[root_index, range(len(trees))], "eq_nan") if nan else None)
+            slot = emit.where(c, emit.const(true_next[root_index, range(len(trees))], "true_next"),
+                              emit.const(false_next[root_index, range(len(trees))], "false_next"))
+            continue
+        col = _lookup(emit, cols, slot, "features")
+        v = emit.op("GatherElements", [features.value, col], {"axis": 1},
+                    dtype=features.value.dtype)
+        c = condition(emit, v, _lookup(emit, thr, slot, "thresholds"),
+                      _lookup(emit, eq, slot, "is_eq") if is_eq else None,
+                      _lookup(emit, eq_nan, slot, "eq_nan") if nan else None)
+        slot = emit.where(c, _lookup(emit, true_next, slot, "true_next"),
+                          _lookup(emit, false_next, slot, "false_next"))
+    assert slot is not None
+    return Reached(slot, width, leaves)

@@ -24,7 +24,7 @@ import onnx_ir as ir
 
 from unframe.passes.ml_to_tensor import compile as tc
 from unframe.passes.ml_to_tensor import scores
-from unframe.passes.ml_to_tensor.builder import Emitter
+from unframe.passes.ml_to_tensor.builder import Emitter, ir_dtype
 from unframe.passes.ml_to_tensor.forest import (
     AGGREGATES,
     POST_TRANSFORMS,
@@ -148,25 +148,25 @@ class Aggregated:
         forest = ens.forest
         c = forest.n_targets
         single = c == 1
+        n_trees = len(forest.trees)
         fill = {"MIN": np.inf, "MAX": -np.inf}.get(ens.aggregate, 0.0)
-        table = np.full((len(reached.rows), c), fill, forest.dtype)
-        has_table = np.zeros((len(reached.rows), c), np.float32)
-        for r, key in enumerate(reached.rows):
-            if key is None:
-                continue
-            t, leaf = key
-            for target, w in forest.trees[t].leaves[leaf][:1] if single else \
-                    forest.trees[t].leaves[leaf]:
-                target = 0 if single else target
-                if not 0 <= target < c:
-                    raise Unsupported(f"a leaf weight names target {target} of {c}")
-                table[r, target] = _combine(ens.aggregate, table[r, target], w)
-                has_table[r, target] = 1.0
-        values = emit.gather(emit.const(table, "leaf_weights"), reached.leaf_row)  # [N, T, C]
+        table = np.full((reached.width, n_trees, c), fill, forest.dtype)
+        has_table = np.zeros((reached.width, n_trees, c), np.float32)
+        for t, slots in enumerate(reached.leaves):
+            for slot, leaf in enumerate(slots):
+                if leaf is None:
+                    continue
+                weights = forest.trees[t].leaves[leaf]
+                for target, w in weights[:1] if single else weights:
+                    target = 0 if single else target
+                    if not 0 <= target < c:
+                        raise Unsupported(f"a leaf weight names target {target} of {c}")
+                    table[slot, t, target] = _combine(ens.aggregate, table[slot, t, target], w)
+                    has_table[slot, t, target] = 1.0
         op = {"MIN": "ReduceMin", "MAX": "ReduceMax"}.get(ens.aggregate, "ReduceSum")
-        score = emit.reduce(op, values, [1], keepdims=False)
+        score = _over_trees(emit, table, reached.slot, op)  # [N, C]
         if ens.aggregate == "AVERAGE":
-            score = emit.op("Div", [score, emit.scalar(len(forest.trees), forest.dtype)])
+            score = emit.op("Div", [score, emit.scalar(n_trees, forest.dtype)])
         statics = [True if single else forest.has_score(k) for k in range(c)]
         has: list[bool | ir.Value] = []
         dynamic_table = None
@@ -175,11 +175,22 @@ class Aggregated:
                 has.append(known)
                 continue
             if dynamic_table is None:
-                hit = emit.gather(emit.const(has_table, "leaf_has"), reached.leaf_row)
-                dynamic_table = emit.op("Greater", [emit.reduce("ReduceMax", hit, [1], False),
-                                                    emit.scalar(0.5, np.float32)], dtype=B)
+                hit = _over_trees(emit, has_table, reached.slot, "ReduceMax")
+                dynamic_table = emit.op("Greater", [hit, emit.scalar(0.5, np.float32)], dtype=B)
             has.append(_column(emit, dynamic_table, k))
         return Aggregated(score, has)
+
+
+def _over_trees(emit: Emitter, table: np.ndarray, slot: ir.Value, reduce: str) -> ir.Value:
+    """``reduce_t table[slot[n, t], t, k]`` for a table [width, T, C]: [N, C]. One
+    GatherElements and one reduction per target: cheaper than gathering [N, T, C] at once."""
+    dtype = ir_dtype(table.dtype)
+    columns = []
+    for k in range(table.shape[2]):
+        got = emit.op("GatherElements", [emit.const(table[:, :, k], "leaf_weights"), slot],
+                      {"axis": 0}, dtype=dtype)
+        columns.append(emit.reduce(reduce, got, [1], keepdims=True))
+    return columns[0] if len(columns) == 1 else emit.op("Concat", columns, {"axis": 1}, dtype=dtype)
 
 
 def _combine(aggregate: str, old: float, new: float) -> float:
