@@ -202,3 +202,37 @@ def run_ort(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.nda
     opts.intra_op_num_threads = 1
     sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
     return sess.run(None, feeds)
+
+
+def lowered(proto: onnx.ModelProto, **options: Any) -> tuple[onnx.ModelProto, Any]:
+    """The model after the ml_to_tensor pass, and the pass's report."""
+    import onnx_ir as ir
+
+    from unframe.passes.ml_to_tensor import lower
+
+    model = ir.serde.deserialize_model(proto)
+    report = lower(model, **options)
+    return ir.serde.serialize_model(model), report
+
+
+def assert_same(ref: list[np.ndarray], got: list[np.ndarray], what: str = "") -> None:
+    """Labels equal; scores within 1e-5 of the output's scale, NaN and inf where the reference
+    has them; and the reference varies (a constant output would prove nothing)."""
+    assert len(ref) == len(got), what
+    for r, g in zip(ref, got, strict=True):
+        assert r.shape == g.shape, f"{what}: shape {r.shape} vs {g.shape}"
+        if r.dtype.kind in "iuOSU" or r.dtype == bool:
+            assert np.array_equal(r, g), f"{what}: {np.mean(r != g):.1%} of labels differ"
+            continue
+        assert np.array_equal(np.isnan(r), np.isnan(g)), f"{what}: NaN positions differ"
+        finite = np.isfinite(r)
+        assert np.array_equal(r[~finite & ~np.isnan(r)], g[~finite & ~np.isnan(r)]), f"{what}: inf"
+        scale = max(1.0, float(np.max(np.abs(r[finite])))) if finite.any() else 1.0
+        err = float(np.max(np.abs(r[finite].astype(np.float64) - g[finite]))) if finite.any() else 0.0
+        assert err <= 1e-5 * scale, f"{what}: max abs error {err:.3g} (scale {scale:.3g})"
+
+
+def varies(arrays: list[np.ndarray]) -> bool:
+    """Every output takes more than one value across rows."""
+    return all(len(np.unique(a[~np.isnan(a)] if a.dtype.kind == "f" else a, axis=0)) > 1
+               for a in arrays)

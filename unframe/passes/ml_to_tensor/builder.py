@@ -74,7 +74,13 @@ class Emitter:
         """A constant as an initializer (tables can be large; initializers stay lazy)."""
         arr = np.ascontiguousarray(np.asarray(array, dtype=dtype))
         name = self.names.fresh(f"{self.prefix}_{hint}")
-        tensor = ir.Tensor(arr, name=name) if arr.dtype.kind in "biuf" else ir.tensor(arr, name=name)
+        if arr.dtype.kind not in "biuf":  # strings: a Constant node (a label table)
+            tensor = ir.StringTensor([str(v).encode() for v in arr.reshape(-1)],
+                                     shape=ir.Shape(arr.shape), name=name)
+            out = self.op("Constant", [], {"value": tensor}, dtype=ir.DataType.STRING)
+            out.shape = ir.Shape(arr.shape)
+            return out
+        tensor = ir.Tensor(arr, name=name)
         value = ir.Value(name=name, const_value=tensor, type=ir.TensorType(tensor.dtype),
                          shape=ir.Shape(arr.shape))
         self.graph.register_initializer(value)

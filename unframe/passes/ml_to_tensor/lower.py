@@ -86,9 +86,9 @@ def preview(model: ir.Model) -> list[str]:
 def check(model: ir.Model, *, encode_strings: bool = False) -> list[Blocker]:
     """Every reason the pass can't lower this model, without changing it."""
     nodes = ml_nodes(model)
+    blockers: list[Blocker] = string_io.check(model) if encode_strings else []
     if not nodes:
-        return []
-    blockers: list[Blocker] = []
+        return blockers
     opset = main_opset(model)
     if opset is not None and opset < MIN_OPSET:
         blockers.append(Blocker("opset", f"lowering ai.onnx.ml ops needs ONNX opset {MIN_OPSET} or "
@@ -104,8 +104,6 @@ def check(model: ir.Model, *, encode_strings: bool = False) -> list[Blocker]:
             continue
         for reason in spec.check(node) if spec.check is not None else []:
             blockers.append(_blocker(node, reason))
-    if encode_strings:
-        blockers += string_io.check(model)
     return blockers
 
 

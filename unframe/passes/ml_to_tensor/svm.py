@@ -5,7 +5,7 @@ Before::   X -> SVMClassifier -> (label, scores)
 After::    X -> kernel K(X, support vectors) [N, S]
              -> MatMul(pairwise coefficients) + rho -> one-vs-one decision values [N, P]
              -> votes (d > 0: the first class of the pair) -> ArgMax -> Gather(labels) -> label
-             -> scores: the decision values (several pairs), or [-d, d] / [1 - d, d] (one pair)
+             -> scores: the decision values (several pairs), or [-d, d] / [1 - p, p] (one pair)
 
 Kernels: LINEAR x.sv, POLY (gamma x.sv + coef0)^degree, SIGMOID tanh(gamma x.sv + coef0), RBF
 exp(-gamma sum((x - sv)^2)) from the differences themselves (as onnxruntime does, not the
@@ -122,6 +122,8 @@ def _check_classifier(node: ir.Node) -> list[str]:
         out.append(why.reason)
     if len(_labels(node)) < 2:
         out.append("fewer than two class labels")
+    if len(_labels(node)) == 2 and attr_value(node, "post_transform", "NONE") == "PROBIT":
+        out.append("PROBIT on a two-class SVM (onnxruntime leaves the second score undefined)")
     return out
 
 
@@ -168,10 +170,13 @@ def _one_vs_one(ctx: LowerContext, labels: np.ndarray, per_class: list[int]) -> 
     post = ctx.attr("post_transform", "NONE")
     if len(pairs) > 1:
         return [label, scores.transform(emit, d, post)]
-    # one pair: onnxruntime writes [-d, d] without a transform, [1 - d, d] with one
-    lead = emit.op("Neg", [d], dtype=F) if post == "NONE" else \
-        emit.op("Sub", [emit.scalar(1.0, np.float32), d], dtype=F)
-    return [label, emit.op("Concat", [lead, d], {"axis": 1}, dtype=F)]
+    # one pair (measured on onnxruntime 1.31): [-d, d] without a transform, [1 - p, p] with one,
+    # p = sigmoid(d) under LOGISTIC and d itself under the others
+    if post == "NONE":
+        return [label, emit.op("Concat", [emit.op("Neg", [d], dtype=F), d], {"axis": 1}, dtype=F)]
+    p = scores.logistic(emit, d) if post == "LOGISTIC" else d
+    lead = emit.op("Sub", [emit.scalar(1.0, np.float32), p], dtype=F)
+    return [label, emit.op("Concat", [lead, p], {"axis": 1}, dtype=F)]
 
 
 def _liblinear(ctx: LowerContext, labels: np.ndarray) -> list[ir.Value]:

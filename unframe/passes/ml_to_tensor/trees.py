@@ -262,6 +262,9 @@ def _classifier_refusals(node: ir.Node, ens: Ensemble) -> None:
         if forest.has_score(1) is False and len(_class_ids(node)) != 1:
             raise Unsupported("a two-class classifier with one score column and weights for "
                               "both classes")
+        if forest.has_score(1) is False and ens.post == "PROBIT":
+            raise Unsupported("PROBIT on a two-class classifier with one score column "
+                              "(onnxruntime leaves the second column undefined)")
 
 
 def classify(ctx: LowerContext, ens: Ensemble, agg: Aggregated) -> list[ir.Value]:
@@ -326,9 +329,7 @@ def _binary(ctx: LowerContext, ens: Ensemble, agg: Aggregated
         z = emit.op("Concat", [_mask(emit, h0, s0, zero), _mask(emit, h1, s1, zero)], {"axis": 1})
         return index, scores.transform(emit, emit.cast(z, F), ens.post), literal
     s = emit.cast(s0, F)
-    if ens.post == "PROBIT":
-        z = emit.op("Concat", [scores.probit(emit, s), s], {"axis": 1}, dtype=F)
-    elif all_positive:
+    if all_positive:
         p = scores.logistic(emit, s) if ens.post == "LOGISTIC" else s
         z = emit.op("Concat", [emit.op("Sub", [emit.scalar(1.0, np.float32), p], dtype=F), p],
                     {"axis": 1}, dtype=F)
