@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 import onnx
-from onnx import TensorProto
+from onnx import TensorProto as TP
 from onnx import helper as oh
 from onnx import numpy_helper as nh
 
@@ -175,11 +175,11 @@ def v5_node(trees: list[RandomTree], *, n_targets: int, aggregate: int = 1, post
 
 
 def single_node_model(node: onnx.NodeProto, n_features: int | None, *,
-                      in_type: int = TensorProto.FLOAT, outputs: list[tuple[str, int]] | None = None,
+                      in_type: int = TP.FLOAT, outputs: list[tuple[str, int]] | None = None,
                       ml_opset: int = 3, opset: int = 21, input_shape: list[Any] | None = None
                       ) -> onnx.ModelProto:
     shape = input_shape if input_shape is not None else [None, n_features]
-    outs = outputs or [(o, TensorProto.FLOAT) for o in node.output]
+    outs = outputs or [(o, TP.FLOAT) for o in node.output]
     graph = oh.make_graph([node], "ml", [oh.make_tensor_value_info(node.input[0], in_type, shape)],
                           [oh.make_tensor_value_info(name, t, None) for name, t in outs])
     return oh.make_model(graph, ir_version=IR_VERSION, opset_imports=[
@@ -236,3 +236,19 @@ def varies(arrays: list[np.ndarray]) -> bool:
     """Every output takes more than one value across rows."""
     return all(len(np.unique(a[~np.isnan(a)] if a.dtype.kind == "f" else a, axis=0)) > 1
                for a in arrays)
+
+
+def stump_model() -> onnx.ModelProto:
+    """A stump at 1.0006, which fp16 rounds to 1.000977, then a Mul."""
+    tree = oh.make_node(
+        "TreeEnsembleRegressor", ["X"], ["t"], domain="ai.onnx.ml", n_targets=1,
+        nodes_treeids=[0, 0, 0], nodes_nodeids=[0, 1, 2], nodes_featureids=[0, 0, 0],
+        nodes_modes=["BRANCH_LEQ", "LEAF", "LEAF"], nodes_values=[1.0006, 0.0, 0.0],
+        nodes_truenodeids=[1, 0, 0], nodes_falsenodeids=[2, 0, 0], target_treeids=[0, 0],
+        target_nodeids=[1, 2], target_ids=[0, 0], target_weights=[-1.0, 1.0])
+    graph = oh.make_graph([tree, oh.make_node("Mul", ["t", "two"], ["Y"])], "g",
+                          [oh.make_tensor_value_info("X", TP.FLOAT, [None, 1])],
+                          [oh.make_tensor_value_info("Y", TP.FLOAT, None)],
+                          [nh.from_array(np.float32(2.0), "two")])
+    return oh.make_model(graph, ir_version=10, opset_imports=[oh.make_opsetid("", 21),
+                                                             oh.make_opsetid("ai.onnx.ml", 3)])

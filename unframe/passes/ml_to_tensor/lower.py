@@ -146,7 +146,7 @@ def lower(model: ir.Model, *, encode_strings: bool = False, tree_strategy: str |
     if encode_strings:
         report.output_labels = string_io.encode_outputs(model, names, opset)
     _drop_ml_import(model)
-    _drop_unused_tables(model.graph, names)
+    _drop_dead(model)
     if pin_fp32 and report.lowered:
         for node in graph:
             node.metadata_props[KEEP_FP32] = "1"
@@ -155,12 +155,12 @@ def lower(model: ir.Model, *, encode_strings: bool = False, tree_strategy: str |
     return report
 
 
-def _drop_unused_tables(graph: ir.Graph, names: Names) -> None:
-    """Initializers a lowering wrote and nothing reads (a constant an alternative did not use)."""
-    for name in [n for n in graph.initializers if n.startswith("mlt_")]:
-        value = graph.initializers[name]
-        if not value.uses() and not value.is_graph_output():
-            del graph.initializers[name]
+def _drop_dead(model: ir.Model) -> None:
+    """Nodes and tables nothing reads any more: the string tables an index output replaced, a
+    constant an alternative did not use (a backend's pre-flight would still see them)."""
+    from onnx_ir.passes.common import RemoveUnusedNodesPass
+
+    RemoveUnusedNodesPass()(model)
 
 
 def _drop_ml_import(model: ir.Model) -> None:
