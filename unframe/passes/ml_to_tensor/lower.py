@@ -141,6 +141,10 @@ def lower(model: ir.Model, *, encode_strings: bool = False, tree_strategy: str |
         if ctx.zipmap_columns is not None and node.outputs[0].is_graph_output():
             report.zipmap_columns[node.outputs[0].name] = ctx.zipmap_columns
         replace_node_outputs(node, outputs)
+        for value in outputs:  # converters declare shapes onnxruntime never checked for ML
+            if value is None or value.shape is None:  # ops (skl2onnx's ArrayFeatureExtractor:
+                continue  # [N, 2] for [N, 1]): inference decides; an output keeps its rank
+            value.shape = ir.Shape([None] * len(value.shape)) if value.is_graph_output() else None
         report.lowered.append({"node": node.name or node.op_type, "op": node.op_type,
                                "notes": list(ctx.notes)})
     if encode_strings:
