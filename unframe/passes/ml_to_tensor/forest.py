@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
-from unframe.passes.ml_to_tensor.registry import Unsupported, attr_value, float_attr
+from unframe.passes.ml_to_tensor.attrs import Unsupported, attr_value, float_attr
 
 V3_MODES = {"BRANCH_LEQ": 0, "BRANCH_LT": 1, "BRANCH_GTE": 2, "BRANCH_GT": 3, "BRANCH_EQ": 4,
             "BRANCH_NEQ": 5}

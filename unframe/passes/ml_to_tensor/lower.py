@@ -19,10 +19,10 @@ from typing import Any
 
 import onnx_ir as ir
 
+import unframe.passes.ml_to_tensor.strings as string_io
 from unframe.errors import Blocker, UnsupportedError
 from unframe.opset import main_opset
 from unframe.passes import KEEP_FP32
-from unframe.passes.ml_to_tensor import strings as string_io
 from unframe.passes.ml_to_tensor.builder import MIN_OPSET, Emitter, Names
 from unframe.passes.ml_to_tensor.registry import LOWERINGS, ML_DOMAIN, LowerContext, Unsupported
 from unframe.version_converter.context import replace_node_outputs

@@ -15,19 +15,12 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
+from unframe.passes.ml_to_tensor.attrs import Unsupported, attr_value, float_attr
 from unframe.passes.ml_to_tensor.builder import Emitter
 from unframe.registry import Registry
 
 ML_DOMAIN = "ai.onnx.ml"
 _FAMILIES = ("trees", "linear", "svm", "preprocess", "maps")
-
-
-class Unsupported(Exception):
-    """A lowering can't express this node; ``reason`` is one line for the blocker."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
 
 
 @dataclass
@@ -83,31 +76,5 @@ def lowering(*op_types: str, check: CheckFn | None = None,
     return deco
 
 
-# -- attribute access shared by the lowerings and their checks -------------------------------------
-
-def attr_value(node: ir.Node, name: str, default: Any = None) -> Any:
-    a = node.attributes.get(name)
-    if a is None:
-        return default
-    value = a.value
-    if a.type == ir.AttributeType.STRING:
-        return value.decode() if isinstance(value, bytes) else value
-    if a.type == ir.AttributeType.STRINGS:
-        return [v.decode() if isinstance(v, bytes) else v for v in value]
-    if a.type == ir.AttributeType.TENSOR:
-        return value.numpy()
-    if a.type in (ir.AttributeType.INTS, ir.AttributeType.FLOATS):
-        return list(value)
-    return value
-
-
-def float_attr(node: ir.Node, name: str) -> np.ndarray | None:
-    tensor = node.attributes.get(f"{name}_as_tensor")
-    if tensor is not None:
-        return np.asarray(tensor.value.numpy(), dtype=np.float64).reshape(-1)
-    values = node.attributes.get(name)
-    if values is None:
-        return None
-    if values.type == ir.AttributeType.TENSOR:
-        return np.asarray(values.value.numpy()).reshape(-1)
-    return np.asarray(list(values.value), dtype=np.float32)
+__all__ = ["LOWERINGS", "ML_DOMAIN", "LowerContext", "Lowering", "Unsupported", "attr_value",
+           "float_attr", "lowering"]

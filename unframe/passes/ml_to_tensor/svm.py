@@ -21,7 +21,7 @@ from collections.abc import Sequence
 import numpy as np
 import onnx_ir as ir
 
-from unframe.passes.ml_to_tensor import scores
+import unframe.passes.ml_to_tensor.scores as scores
 from unframe.passes.ml_to_tensor.builder import Emitter
 from unframe.passes.ml_to_tensor.registry import LowerContext, Unsupported, attr_value, lowering
 

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 import numpy as np
 import onnx_ir as ir
 
-from unframe.passes.ml_to_tensor import compile as tc
-from unframe.passes.ml_to_tensor import scores
+import unframe.passes.ml_to_tensor.compile as tc
+import unframe.passes.ml_to_tensor.scores as scores
 from unframe.passes.ml_to_tensor.builder import Emitter, ir_dtype
 from unframe.passes.ml_to_tensor.forest import (
     AGGREGATES,
