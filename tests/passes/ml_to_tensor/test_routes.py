@@ -191,3 +191,53 @@ def test_unlowerable_ml_op_is_an_exit_4_blocker_on_coreml(tmp_path: Path) -> Non
         unframe.convert(model, to="coreml", sample_inputs=X[:20])
     assert err.value.exit_code == 4
     assert any(b.op == "SVMClassifier" and "probability" in b.reason for b in err.value.blockers)
+
+
+def test_core_ml_classifier_package_from_a_forest() -> None:
+    """``class_labels``: a Core ML classifier package (label + {label: probability}), which
+    takes one example at a time; the ONNX label and probabilities match it."""
+    pytest.importorskip("coremltools", reason="needs coremltools")
+    from sklearn.ensemble import RandomForestClassifier
+
+    model = RandomForestClassifier(8, max_depth=5, random_state=0).fit(X, Y3)
+    row = X[np.argmax(model.predict_proba(X)[:, 2])][None]  # a row of the last class
+    result = unframe.convert(model, to="coreml", sample_inputs=row, static=True,
+                             class_labels="0,1,2")
+    passed(result, "backend")
+    description = result.model.get_spec().description
+    assert description.predictedFeatureName and description.predictedProbabilitiesName
+
+
+@pytest.mark.parametrize("kind", ["hist_gradient_boosting", "lightgbm"])
+def test_rows_on_float64_thresholds_go_where_the_estimator_sends_them(kind: str) -> None:
+    """Both keep float64 thresholds; the float32 graph holds the largest float32 at or below each,
+    so a float32 row lying exactly on one (as rounded) is decided as the estimator decides."""
+    from unframe.validate.onnxruntime import OnnxRuntimeRunner
+
+    if kind == "lightgbm":
+        lightgbm = pytest.importorskip("lightgbm", reason="needs lightgbm")
+        model = lightgbm.LGBMRegressor(n_estimators=8, verbose=-1).fit(X, Y_REG)
+        dump = model.booster_.dump_model()["tree_info"]
+        stack = [t["tree_structure"] for t in dump]
+        splits = []
+        while stack:
+            node = stack.pop()
+            if "threshold" in node:
+                splits.append((node["split_feature"], node["threshold"]))
+                stack += [node["left_child"], node["right_child"]]
+    else:
+        from sklearn.ensemble import HistGradientBoostingRegressor
+
+        x64 = np.random.default_rng(1).normal(size=(300, 5))  # float64 data: thresholds too
+        model = HistGradientBoostingRegressor(max_iter=10, random_state=0).fit(x64, Y_REG)
+        splits = [(int(n["feature_idx"]), float(n["num_threshold"]))
+                  for it in model._predictors for p in it for n in p.nodes if not n["is_leaf"]]
+    rows = np.repeat(X[:1], len(splits), axis=0).astype(np.float32)
+    for i, (feature, threshold) in enumerate(splits):
+        rows[i, feature] = np.float32(threshold)  # rounded to nearest: up for about half
+    rounded_up = sum(float(np.float32(t)) > t for _, t in splits)
+    assert rounded_up > 0
+    result = unframe.convert(model, to="onnx", sample_inputs=X[:40], ml_to_tensor=True,
+                             float_precision="float")
+    got = OnnxRuntimeRunner(result.model).run({"X": rows})["variable"].reshape(-1)
+    np.testing.assert_allclose(got, model.predict(rows.astype(np.float64)), atol=1e-5)

@@ -80,10 +80,15 @@ class CoreMLBackend(Backend):
         kind = "mlpackage"
         path = Path(workdir) / "model.mlpackage"
         mlmodel.save(str(path))
+        precision = _precision(target)
+        pinned = precision == "fp16" and len(model.graph) > 0 and all(keeps_fp32(n) for n in model.graph)
         meta = {"unframe.names": json.dumps(names, sort_keys=True),
                 "unframe.target": target.get("target", "iOS16"),
-                "unframe.precision": _precision(target)}
+                "unframe.precision": "fp32 (every node pinned to fp32)" if pinned else precision}
         artifact = Artifact(kind=kind, model=mlmodel, path=path, metadata=meta)
+        if pinned:
+            artifact.notes.append("computed in fp32: every node of the graph is pinned to fp32 "
+                                  "(a classical ML model's labels come from comparing scores)")
         artifact.metadata["unframe.io"] = json.dumps(_io_record(model, names, plans, mlmodel))
         _write_metadata(artifact)
         return artifact
@@ -174,7 +179,7 @@ def _build(model: ir.Model, target: Target) -> tuple[Any, dict[str, str], list[A
     prog = build_program(model, ios, plans, names, fp32_ops)
     precision = ct.precision.FLOAT16 if _precision(target) == "fp16" else ct.precision.FLOAT32
     if precision == ct.precision.FLOAT16 and fp32_ops:  # comparisons and sums of lowered ML ops
-        if all(keeps_fp32(n) for n in model.graph):
+        if all(keeps_fp32(n) for n in model.graph):  # the backend notes this (convert)
             precision = ct.precision.FLOAT32
         else:
             precision = ct.transform.FP16ComputePrecision(
