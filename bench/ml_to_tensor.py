@@ -2,10 +2,12 @@
 
 A scikit-learn forest (100 trees, max_depth 8, fitted on seeded data so that the trees are
 full) is exported by unframe's sklearn frontend (skl2onnx's TreeEnsemble* op), then lowered by
-``unframe.passes.ml_to_tensor`` with each strategy (auto picks by depth: perfect traversal at
-depth 8). Both graphs run in onnxruntime on the same 10,000 rows; the figure is the median wall
-time of the repetitions, and the ratio compiled / native (target: <= 1.5). Outputs are checked
-equal (labels exactly, scores within 1e-5) before timing.
+``unframe.passes.ml_to_tensor`` (auto picks by depth: perfect traversal at depth 8; tree
+traversal is shown too); a depth-3 forest shows the GEMM strategy that auto picks there. Both graphs run in onnxruntime on the same 10,000 rows with one intra-op thread; the figure is
+the median CPU time of the repetitions (steadier than wall time on this shared machine; with one
+thread they coincide when the machine is idle), and the ratio compiled / native (target: <= 1.5).
+``--threads N`` measures wall time with N threads instead. Outputs are checked equal (labels
+exactly, scores within 1e-5) before timing.
 
     .venv/bin/python bench/ml_to_tensor.py [--quick] [--threads N] [--out docs/benchmarks/ml_to_tensor.md]
 """
@@ -21,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchlib import median_time  # noqa: E402
+from benchlib import median_cpu_time, median_time  # noqa: E402
 
 ROWS = 10_000
 
@@ -61,7 +63,8 @@ def session(model: object, threads: int) -> object:
                                 providers=["CPUExecutionProvider"])
 
 
-def measure(kind: str, trees: int, depth: int, threads: int, reps: int) -> list[dict]:
+def measure(kind: str, trees: int, depth: int, threads: int, reps: int,
+            strategies: tuple[str, ...]) -> list[dict]:
     from unframe.passes.ml_to_tensor import lower
 
     model, rows = forest(kind, trees, depth)
@@ -70,9 +73,10 @@ def measure(kind: str, trees: int, depth: int, threads: int, reps: int) -> list[
     feed = {native.get_inputs()[0].name: rows}
     ref = native.run(None, feed)
     native.run(None, feed)
-    t_native = median_time(lambda: native.run(None, feed), reps)
+    timer = median_cpu_time if threads == 1 else median_time
+    t_native = timer(lambda: native.run(None, feed), reps)
     out = []
-    for strategy in ("auto", "gemm", "perfect", "traversal"):
+    for strategy in strategies:
         lowered = native_model.clone()
         t0 = time.perf_counter()
         report = lower(lowered, tree_strategy=None if strategy == "auto" else strategy)
@@ -85,7 +89,7 @@ def measure(kind: str, trees: int, depth: int, threads: int, reps: int) -> list[
             else:
                 assert np.max(np.abs(r - g)) <= 1e-5 * max(1.0, float(np.max(np.abs(r)))), strategy
         sess.run(None, feed)
-        t = median_time(lambda s=sess: s.run(None, feed), reps)
+        t = timer(lambda s=sess: s.run(None, feed), reps)
         out.append({"model": f"{kind} {trees}x{depth}", "strategy": strategy,
                     "chosen": report.strategies()[0].rsplit(": ", 1)[-1],
                     "native_ms": t_native * 1e3, "compiled_ms": t * 1e3, "ratio": t / t_native,
@@ -103,7 +107,8 @@ def main() -> None:
     trees, reps = (20, 3) if args.quick else (100, 15)
     rows = []
     for kind in ("regressor", "classifier"):
-        rows += measure(kind, trees, 8, args.threads, reps)
+        rows += measure(kind, trees, 8, args.threads, reps, ("auto", "traversal"))
+        rows += measure(kind, trees, 3, args.threads, reps, ("auto", "perfect"))
     header = "| model | strategy | chosen | native ms | compiled ms | compiled / native | lowering s |"
     lines = [header, "|---|---|---|---|---|---|---|"]
     for r in rows:
