@@ -317,6 +317,11 @@ def _check_branch(route: Route, branch: Branch, flow: pl.Flow) -> CheckResult:
             return CheckResult(route, blockers, target=branch.name)
         model = model.clone()
         version_converter.convert_opset(model, branch.opset)
+    for stage in branch.stages:  # the lowering of ai.onnx.ml ops, when the branch has one
+        if isinstance(stage, pl.LowerStage):
+            blockers, model = stage.check_model(model)
+            if blockers:
+                return CheckResult(route, blockers, target=branch.name)
     blockers, notes = branch.backend.check_with_notes(model, branch.target)
     return CheckResult(route, blockers, notes, branch.name)
 

@@ -223,7 +223,7 @@ class Stage:
     sets ``flow.candidate`` for the parity stage after it. A stage that changes ``flow.model`` in
     place calls ``flow.pin_runners()`` first, when a comparison will follow."""
 
-    kind = ""  # load | export | opset | backend | parity | stamp | write
+    kind = ""  # load | export | opset | lower | backend | parity | stamp | write
 
     def __init__(self, tool: str, detail: str = "", versions: dict[str, str] | None = None) -> None:
         self.tool = tool
@@ -360,6 +360,104 @@ class OpsetStage(Stage):
 
         return LocatePlan(flow.before, OnnxTap(flow.before), OnnxTap(flow.model), reproduce=reproduce,
                           source_of=source_namer(flow), tolerance=tolerance)
+
+
+class LowerStage(Stage):
+    """ai.onnx.ml ops rewritten into standard ONNX ops (``unframe.passes.ml_to_tensor``), for
+    runtimes that have no ML domain (automatic) or on request (``ml_to_tensor``). A model below
+    opset 13 is brought to 13 first. For a runtime without the ML domain (``encode_strings``)
+    string inputs and outputs become indices under a stated mapping, applied to the reference
+    runner and the feeds here so that every later stage compares like with like, and the whole
+    graph is pinned to float32 (its labels come from comparing scores); the decisions go to the
+    notes (provenance)."""
+
+    kind = "lower"
+    RULE = "trees: GEMM depth <= 3, perfect traversal <= 10, traversal beyond"
+
+    def __init__(self, encode_strings: bool, plan: list[str] | None = None) -> None:
+        detail = "ai.onnx.ml ops -> standard ONNX (" + ("; ".join(plan) if plan else self.RULE) + ")"
+        if encode_strings:
+            detail += "; string inputs/outputs -> indices, mapped on the host"
+        super().__init__("unframe ml_to_tensor", detail, {"unframe": dist_version("unframe") or "?"})
+        self.encode_strings = encode_strings
+
+    def _needed(self, model: ir.Model) -> bool:
+        from unframe.passes import ml_to_tensor as mlt
+        from unframe.passes.ml_to_tensor import strings
+
+        return mlt.has_ml_ops(model) or (self.encode_strings and strings.has_strings(model))
+
+    def check_model(self, model: ir.Model) -> tuple[list[Any], ir.Model]:
+        """The blockers of lowering ``model``, and a lowered copy when there are none."""
+        from unframe.passes import ml_to_tensor as mlt
+
+        if not self._needed(model):
+            return [], model
+        work = _at_lowering_opset(model.clone())
+        blockers = mlt.check(work, encode_strings=self.encode_strings)
+        if not blockers:
+            mlt.lower(work, encode_strings=self.encode_strings)
+        return blockers, work
+
+    def run(self, flow: Flow) -> None:
+        from unframe.passes import ml_to_tensor as mlt
+
+        if not self._needed(flow.model):
+            if self.encode_strings and flow.frontend.emits_ml_ops:
+                self._pin(flow)
+            return  # nothing lowered: nothing computes differently, nothing to compare
+        flow.pin_runners()
+        _at_lowering_opset(flow.model, flow)
+        report = mlt.lower(flow.model, encode_strings=self.encode_strings,
+                           tree_strategy=flow.settings.options.get("tree_strategy"),
+                           pin_fp32=self.encode_strings)
+        decided = report.strategies()
+        if decided:
+            self.detail = f"ai.onnx.ml ops -> standard ONNX ({'; '.join(decided)})"
+        flow.notes += [f"ml_to_tensor: {d}" for d in decided]
+        if report.mappings:
+            flow.notes.append("ml_to_tensor host-side mappings: " + json.dumps(report.mappings))
+        if flow.validate:
+            self._map_reference(flow, report)
+            flow.candidate = onnx_runner_of(flow.model)
+
+    @staticmethod
+    def _pin(flow: Flow) -> None:
+        """A classical ML model without ML ops (an MLP, a Gaussian process...) still decides
+        labels by comparing scores: keep it in float32 on a 16-bit backend too."""
+        from unframe.passes import KEEP_FP32
+
+        for node in flow.model.graph:
+            node.metadata_props[KEEP_FP32] = "1"
+        flow.notes.append("ml_to_tensor: graph pinned to float32 (a scikit-learn model's labels "
+                          "come from comparing scores; 16-bit compute would move them)")
+
+    @staticmethod
+    def _map_reference(flow: Flow, report: Any) -> None:
+        """The reference (the graph before) answers through the stated mappings from now on."""
+        from unframe.passes.ml_to_tensor.host import MappedReference, encode_feed
+
+        if not report.mappings or flow.reference is None:
+            return
+        flow.reference = MappedReference(flow.reference, report.mappings)
+        if report.input_vocab:
+            flow._feeds = [encode_feed(f, report.input_vocab) for f in flow.feeds]
+
+
+def _at_lowering_opset(model: ir.Model, flow: Flow | None = None) -> ir.Model:
+    """Lowerings are written for opset 13 and later: convert an older model up to 13."""
+    from unframe.passes.ml_to_tensor.builder import MIN_OPSET
+
+    current = main_opset(model)
+    if current is not None and current < MIN_OPSET:
+        from unframe import version_converter
+
+        version_converter.convert_opset(model, MIN_OPSET)
+        if flow is not None:
+            flow.opset_path.append(MIN_OPSET)
+            flow.notes.append(f"ml_to_tensor: opset {current} -> {MIN_OPSET} first (the lowering "
+                              f"writes opset-{MIN_OPSET} ops)")
+    return model
 
 
 class BackendStage(Stage):

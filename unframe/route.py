@@ -182,6 +182,7 @@ class Route:
     prefix: list[pl.Stage] = field(default_factory=list)
     branches: list[Branch] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    ml: Any = None  # MLPlan: may the graph hold ai.onnx.ml ops (for the lower stage)
 
     @property
     def load(self) -> pl.LoadStage:
@@ -249,7 +250,7 @@ class Route:
 
 
 # ----------------------------------------------------------------------------- planning -----
-GENERIC_OPTIONS = ("sample_shapes",)
+GENERIC_OPTIONS = ("sample_shapes", "ml_to_tensor", "tree_strategy")
 
 
 def plan(request: Request) -> Route:
@@ -270,6 +271,7 @@ def plan(request: Request) -> Route:
     if fe.exports:
         export_opset = fe.closest_opset(max(known)) if known else fe.default_opset()
     route = Route(fe.name, source_opset, export_opset)
+    route.ml = ml_plan(src, fe, backends, request)
     validate = request.settings.validate
     route.prefix.append(pl.LoadStage(fe, src))
     if fe.exports:
@@ -304,6 +306,11 @@ def _branch_stages(route: Route, branch: Branch, request: Request, fe: Frontend)
         stages.append(opset)
         if validate:
             stages.append(pl.ParityStage(opset, "onnxruntime", "onnxruntime", "converted vs original"))
+    lower = _lower_stage(be, request, route.ml)
+    if lower is not None:
+        stages.append(lower)
+        if validate:
+            stages.append(pl.ParityStage(lower, "onnxruntime", "onnxruntime", "lowered vs ai.onnx.ml"))
     if not request.write:
         return stages
     backend = pl.BackendStage(be, branch.target, branch.output)
@@ -316,6 +323,56 @@ def _branch_stages(route: Route, branch: Branch, request: Request, fe: Frontend)
         stages.append(pl.WriteStage(be, branch.output))
     stamp.route_names = [s.label for s in route.prefix + stages]
     return stages
+
+
+@dataclass
+class MLPlan:
+    """Whether the graph handed to the backends may hold ai.onnx.ml ops, and for an ONNX source
+    the tree strategy of each ensemble (what --explain shows)."""
+
+    possible: bool
+    strategies: list[str] | None = None
+
+
+def ml_plan(src: Any, fe: Frontend, backends: list[Backend], request: Request) -> MLPlan:
+    asked = bool(request.settings.options.get("ml_to_tensor"))
+    if not asked and not any(be.tensor_only for be in backends):
+        return MLPlan(False)
+    if fe.exports:
+        return MLPlan(fe.emits_ml_ops)
+    model = _peek_model(src)
+    if model is None:
+        return MLPlan(True)
+    from unframe.passes import ml_to_tensor as mlt
+
+    return MLPlan(mlt.has_ml_ops(model), mlt.preview(model))
+
+
+def _peek_model(src: Any) -> Any:
+    import onnx
+    import onnx_ir as ir
+
+    from unframe import io
+
+    try:
+        if isinstance(src, Path):
+            return ir.serde.deserialize_model(io.load_proto(src))
+        if isinstance(src, onnx.ModelProto):
+            return ir.serde.deserialize_model(src)
+    except Exception:  # unreadable: the load stage says why
+        return None
+    return src if isinstance(src, ir.Model) else None
+
+
+def _lower_stage(be: Backend, request: Request, ml: MLPlan) -> pl.LowerStage | None:
+    """Automatic for runtimes without the ML domain, on request (``ml_to_tensor``) otherwise."""
+    asked = request.settings.options.get("ml_to_tensor")
+    if not ml.possible or not (be.tensor_only or asked):
+        return None
+    if asked and request.opset is not None and request.opset < 13 and not be.tensor_only:
+        raise UsageError(f"ml_to_tensor writes opset-13 ops; --opset {request.opset} is older",
+                         "pass --opset 13 or newer, or drop --ml-to-tensor")
+    return pl.LowerStage(encode_strings=be.tensor_only, plan=ml.strategies)
 
 
 def _target(be: Backend, request: Request) -> Target:

@@ -156,6 +156,9 @@ class Frontend(_Component):
     object_types: tuple[str, ...] = ()
     # False for a source that is ONNX already: the route has no export stage.
     exports: bool = True
+    # True when its exports may hold ai.onnx.ml ops (the route then plans a lowering for
+    # runtimes without them); an ONNX source is looked at instead
+    emits_ml_ops: bool = False
 
     @property
     def kind_name(self) -> str:
@@ -220,6 +223,9 @@ class Backend(_Component):
     canonical_opset: int | None = None  # models are converted to this opset first (None: keep)
     # True when the artifact is the ONNX graph itself (nothing new to run for parity)
     artifact_is_graph: bool = False
+    # True when the runtime holds neither ai.onnx.ml ops nor strings: the route lowers them
+    # (``unframe.passes.ml_to_tensor``) before the backend
+    tensor_only: bool = False
 
     @property
     def kind_name(self) -> str:

@@ -7,6 +7,9 @@ here says so instead of guessing.
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _frontends_backends() -> list[str]:
@@ -73,17 +76,66 @@ def _mil_evaluator() -> list[str]:
             "", "Without a kernel: " + (", ".join(f"`{m}`" for m in missing) or "none") + ".", ""]
 
 
+def _ml_to_tensor() -> list[str]:
+    from unframe.passes.ml_to_tensor import LOWERINGS
+
+    rows = sorted(LOWERINGS.items())
+    lines = ["## ai.onnx.ml compiled to standard ONNX (ml_to_tensor)", "",
+             f"{len(rows)} ai.onnx.ml ops are rewritten into standard ONNX ops, automatically on "
+             "routes to coreml and tensorrt and with `--ml-to-tensor` for onnx output; each "
+             "lowering is checked against onnxruntime's own ai.onnx.ml kernels. Ops with a "
+             "pre-flight check refuse some attribute values before anything is written.", "",
+             "| op | becomes | pre-flight check |", "|---|---|---|"]
+    lines += [f"| {op} | {spec.summary} | {'yes' if spec.check else ''} |" for op, spec in rows]
+    return lines + [""]
+
+
+SWEEP = ROOT / "docs" / "benchmarks" / "sklearn_routes.json"
+
+
+def _route_cells(name: str, measured: dict) -> list[str]:
+    """onnx / coreml / tensorrt cells of an estimator class from the bench/sklearn_routes.py
+    sweep (10,000 rows against the estimator): every case of the class at target or not."""
+    cases = [v for k, v in measured.items() if k.split("-")[0] == name]
+    cells = []
+    for route in ("onnx", "coreml", "tensorrt"):
+        rows = [c[route] for c in cases if route in c]
+        if not rows:
+            cells.append("yes" if route == "onnx" else "not measured")
+        elif any(r["status"] == "error" for r in rows):
+            cells.append("fails")
+        elif route == "tensorrt":
+            cells.append("built" if all(r["status"] == "built" for r in rows) else "fails")
+        else:
+            ok = all((r.get("labels_identical") in (None, 1.0))
+                     and (r.get("max_delta") is None
+                          or r["max_delta"] <= 1e-5 * max(1.0, r.get("scale") or 0.0)) for r in rows)
+            cells.append("checked" if ok else "differs")
+    return cells
+
+
 def _sklearn() -> list[str]:
+    import json
+
     try:
         from unframe.converters.frontends.sklearn import supported_estimators
 
         rows = supported_estimators()
     except ImportError as exc:
         return ["## scikit-learn estimators", "", f"(skl2onnx not installed here: {exc})", ""]
+    measured = json.loads(SWEEP.read_text()) if SWEEP.exists() else {}
     lines = ["## scikit-learn estimators", "",
-             f"{len(rows)} estimator types convert; each conversion is checked against the "
-             "estimator's own predictions.", "", "| estimator | converted by |", "|---|---|"]
-    lines += [f"| {name} | {how} |" for name, how in rows]
+             f"{len(rows)} estimator types convert to ONNX; each conversion is checked against "
+             "the estimator's own predictions. The target columns come from "
+             "`bench/sklearn_routes.py` (docs/benchmarks/sklearn_routes.md): *checked* means "
+             "labels identical and scores within 1e-5 (of the output's scale where it exceeds 1) of "
+             "the estimator on 10,000 rows (onnx: "
+             "with every ai.onnx.ml op compiled; coreml: the package in the MIL evaluator), "
+             "*built* a TensorRT engine built on the CPU (running it needs a GPU), *not "
+             "measured* that the sweep does not cover the type.", "",
+             "| estimator | converted by | onnx | coreml | tensorrt |", "|---|---|---|---|---|"]
+    lines += [f"| {name} | {how} | " + " | ".join(_route_cells(name, measured)) + " |"
+              for name, how in rows]
     return lines + [""]
 
 
@@ -105,8 +157,8 @@ def _sklearn_safe_load() -> list[str]:
 
 
 SECTIONS: list[Callable[[], list[str]]] = [
-    _frontends_backends, _version_converter, _coreml, _mil_evaluator, _tensorrt, _sklearn,
-    _sklearn_safe_load]
+    _frontends_backends, _version_converter, _coreml, _mil_evaluator, _tensorrt, _ml_to_tensor,
+    _sklearn, _sklearn_safe_load]
 
 
 def render() -> str:

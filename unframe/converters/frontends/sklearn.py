@@ -34,6 +34,7 @@ class SklearnFrontend(Frontend):
                    "(.json/.ubj, .txt)")
     suffixes = (".skops", ".pkl", ".joblib", ".json", ".ubj", ".txt")
     object_types = ("sklearn.base.BaseEstimator",)
+    emits_ml_ops = True  # skl2onnx writes trees, linear models, SVMs... as ai.onnx.ml ops
     # "float_precision" is the CLI's --float-precision; "precision" is accepted too, but only
     # its auto/float/double values (fp16/fp32/bf16 belong to the coreml/tensorrt backends).
     option_names = ("zipmap", "precision", "float_precision")

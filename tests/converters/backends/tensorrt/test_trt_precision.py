@@ -105,3 +105,24 @@ def test_values_captured_by_subgraphs_are_cast_back_to_fp32():
     for cond in (True, False):
         feeds = {"x": x, "c": np.array(cond)}
         np.testing.assert_array_equal(ort_run(lowered, feeds)["y"], ort_run(model, feeds)["y"])
+
+
+def test_fp16_leaves_nodes_marked_keep_fp32_in_fp32():
+    """A lowered tree stump (marked by ml_to_tensor) followed by an unmarked Mul: the Mul goes to
+    fp16, the comparison and the leaf gather stay fp32, and the stump's decision is exact."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "passes" / "ml_to_tensor"))
+    from mlt_models import stump_model
+
+    from unframe.passes.ml_to_tensor import lower
+
+    model = ir.serde.deserialize_model(stump_model())
+    lower(model)
+    lowered = lower_precision(model.clone(), "fp16")
+    assert input_dtypes(lowered, "Mul") == {ir.DataType.FLOAT16}
+    assert input_dtypes(lowered, "LessOrEqual") == {ir.DataType.FLOAT}
+    x = np.array([[1.0008], [0.5], [2.0], [1.0006]], np.float32)
+    out = ort_run(lowered, {"X": x})["Y"].reshape(-1)
+    np.testing.assert_array_equal(out, [2.0, -2.0, 2.0, -2.0])

@@ -50,6 +50,7 @@ class CoreMLBackend(Backend):
     description = "Core ML ML Program (.mlpackage), checked with the MIL reference evaluator"
     suffixes = (".mlpackage", ".mlmodel")
     canonical_opset = CANONICAL_OPSET
+    tensor_only = True  # no ai.onnx.ml ops, no strings: the route lowers them first
     option_names = ("target", "precision", "static", "dims", "enumerated", "image_input", "scale",
                     "bias", "color_layout", "class_labels", "sample_shapes")
 
@@ -110,12 +111,17 @@ class CoreMLBackend(Backend):
         kind = "mlpackage"
         path = Path(workdir) / "model.mlpackage"
         mlmodel.save(str(path))
+        precision = _precision(target)
+        pinned = precision == "fp16" and translation.all_fp32
         meta = {"unframe.names": json.dumps(names, sort_keys=True),
                 "unframe.values": json.dumps(name_map.values, sort_keys=True),
                 "unframe.target": target.get("target", "iOS16"),
-                "unframe.precision": _precision(target)}
+                "unframe.precision": "fp32 (every node pinned to fp32)" if pinned else precision}
         artifact = Artifact(kind=kind, model=mlmodel, path=path, metadata=meta,
                             notes=list(translation.notes))
+        if pinned:
+            artifact.notes.append("computed in fp32: every node of the graph is pinned to fp32 "
+                                  "(a classical ML model's labels come from comparing scores)")
         artifact.metadata["unframe.io"] = json.dumps(_io_record(model, names, plans, mlmodel))
         _write_metadata(artifact)
         return artifact
@@ -201,7 +207,14 @@ def _build(translation: Translation, target: Target) -> Any:
 
     ct = import_coremltools()
     ios = ios_of(target.get("target"))
+    fp32_ops = translation.fp32_ops
     precision = ct.precision.FLOAT16 if _precision(target) == "fp16" else ct.precision.FLOAT32
+    if precision == ct.precision.FLOAT16 and fp32_ops:  # comparisons and sums of lowered ML ops
+        if translation.all_fp32:  # the backend notes this (convert)
+            precision = ct.precision.FLOAT32
+        else:
+            precision = ct.transform.FP16ComputePrecision(
+                op_selector=lambda op: not _keeps_fp32(op, fp32_ops))
     kwargs: dict[str, Any] = {}
     labels = target.get("class_labels")
     if labels:
@@ -221,6 +234,17 @@ def _build(translation: Translation, target: Target) -> Any:
 
 def _options_key(target: Target) -> str:
     return repr(sorted((str(k), repr(v)) for k, v in target.options.items()))
+
+
+def _keeps_fp32(op: Any, fp32_outputs: set[str]) -> bool:
+    """An op written for a node that stays in float32 (by its outputs' names, which survive
+    fusions), an op a fusion made for one (a weight's transpose) or the identity naming one."""
+    if any(v.name in fp32_outputs for v in op.outputs):
+        return True
+    if any(c.outputs and c.outputs[0].name in fp32_outputs for v in op.outputs for c in v.child_ops):
+        return True
+    source = getattr(op, "x", None) if op.op_type == "identity" else None
+    return source is not None and source.name in fp32_outputs
 
 
 def _labels(labels: Any) -> list[Any]:

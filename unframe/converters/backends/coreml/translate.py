@@ -23,6 +23,7 @@ from unframe.converters.backends.coreml.context import MIL_DTYPES, TranslateCont
 from unframe.converters.backends.coreml.ops import ALTERNATIVES, TRANSLATORS
 from unframe.errors import Blocker, ConversionError, UsageError
 from unframe.opset import is_default_domain
+from unframe.passes import keeps_fp32
 
 if TYPE_CHECKING:
     from coremltools.converters.mil.mil import Program, Var
@@ -95,6 +96,9 @@ class GraphTranslator:
     ios: int
     names: NameMap = field(default_factory=NameMap)
     at: ir.Node | None = None  # the node being translated (named by a failure)
+    # outputs of the MIL ops written for ONNX nodes that ask to stay in float32
+    # (``unframe.passes.KEEP_FP32``): an fp16 program leaves their ops out of its cast pass
+    fp32_ops: set[str] = field(default_factory=set)
 
     def run_graph(self, graph: ir.Graph, env: dict[str, Var]) -> None:
         from coremltools.converters.mil import Builder as mb
@@ -106,6 +110,8 @@ class GraphTranslator:
             self.run_node(node, env)
 
     def run_node(self, node: ir.Node, env: dict[str, Var]) -> None:
+        from coremltools.converters.mil.mil.block import curr_block
+
         spec = TRANSLATORS.get(node.op_type, None) if is_default_domain(node.domain) else None
         if spec is None:
             raise ConversionError(f"node {node.name!r} [{node.domain}::{node.op_type}]: no CoreML translator",
@@ -113,6 +119,8 @@ class GraphTranslator:
         inputs = [env[v.name] if v is not None and v.name else None for v in node.inputs]
         ctx = TranslateContext(node, inputs, self.ios, self, env)
         self.at = node
+        block = curr_block() if keeps_fp32(node) else None
+        before = len(block.operations) if block is not None else 0
         try:
             result = spec.fn(ctx)
         except ConversionError:
@@ -120,6 +128,11 @@ class GraphTranslator:
         except Exception as exc:
             raise ConversionError(f"node {node.name!r} [{node.op_type}]: {type(exc).__name__}: {exc}",
                                   "report it with the model, or pick another target") from exc
+        if block is not None:
+            new = len(block.operations) - before  # the ops this node added, from the end
+            for op, _ in zip(reversed(block.operations), range(new), strict=False):
+                # output names survive the fusions that run before the fp16 cast pass
+                self.fp32_ops.update(v.name for v in op.outputs)
         outs = list(result) if isinstance(result, (list, tuple)) else [result]
         made_here = {id(v) for v in inputs if v is not None}
         for value, var in zip(node.outputs, outs, strict=False):
@@ -208,7 +221,8 @@ def _parse_dims(dims: Iterable[Any]) -> dict[str, tuple[int, int]]:
 
 def build_program(model: ir.Model, ios: int, plans: list[InputPlan], names: NameMap,
                   translator: GraphTranslator | None = None) -> Program:
-    """The MIL program of the model's main graph."""
+    """The MIL program of the model's main graph; the translator's ``fp32_ops`` collects the
+    output names of the MIL ops that must stay in float32."""
     from coremltools.converters.mil import Builder as mb
     from coremltools.converters.mil.mil import Function, Placeholder, Program, get_new_symbol
 
@@ -309,6 +323,10 @@ class Translation:
     program: Program | None = None
     names: NameMap = field(default_factory=NameMap)
     plans: list[InputPlan] = field(default_factory=list)
+    # outputs of MIL ops that stay in float32 in an fp16 program (nodes marked KEEP_FP32), and
+    # whether every node of the graph is so marked (then the whole program is fp32)
+    fp32_ops: set[str] = field(default_factory=set)
+    all_fp32: bool = False
 
 
 def translate(model: ir.Model, ios: int, options: dict[str, Any]) -> Translation:
@@ -338,7 +356,8 @@ def translate(model: ir.Model, ios: int, options: dict[str, Any]) -> Translation
         program = build_program(work, ios, plans, names, translator)
     except ConversionError as exc:
         return Translation([_failure_blocker(exc, translator.at)], notes)
-    return Translation([], notes, program, names, plans)
+    all_fp32 = len(work.graph) > 0 and all(keeps_fp32(n) for n in work.graph)
+    return Translation([], notes, program, names, plans, translator.fp32_ops, all_fp32)
 
 
 _NODE_PREFIX = re.compile(r"^node '[^']*' \[[^\]]*\]: ")

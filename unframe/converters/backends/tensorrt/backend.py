@@ -113,6 +113,7 @@ class TensorRTBackend(Backend):
     description = "TensorRT serialized engine (.engine) with a JSON sidecar"
     suffixes = (".engine", ".plan")
     canonical_opset = CANONICAL_OPSET
+    tensor_only = True  # no ai.onnx.ml ops, no strings: the route lowers them first
     option_names = ("precision", "shapes", "workspace", "timing_cache", "version_compatible",
                     "hardware_compatibility", "static", "sample_shapes",
                     "builder_optimization_level")

@@ -5,7 +5,8 @@ graph gives it. ``LowerPrecisionPass`` rewrites float32 compute to fp16 or bf16 
 
 - keeping the model's input and output types (Casts at the boundary);
 - keeping numerically sensitive ops in fp32 (Softmax, reductions, normalizations, Exp/Log/Pow,
-  ...), with Casts into and out of them;
+  ...), and every node a pass marked ``unframe.passes.KEEP_FP32`` (lowered tree comparisons and
+  sums), with Casts into and out of them;
 - keeping any op in fp32 that TensorRT's table does not list for the low type (e.g. STFT), or
   whose float type is set by an attribute (ConstantOfShape, Random*, EyeLike), or that has a
   subgraph;
@@ -33,6 +34,7 @@ import onnx_ir as ir
 from unframe.converters.backends.tensorrt.preflight import infer_dtypes
 from unframe.converters.backends.tensorrt.table import lookup
 from unframe.opset import FALLBACK_OPSET, is_default_domain, main_opset
+from unframe.passes import keeps_fp32
 
 FLOAT = ir.DataType.FLOAT
 LOW_TYPES = {"fp16": ir.DataType.FLOAT16, "bf16": ir.DataType.BFLOAT16}
@@ -88,6 +90,8 @@ class LowerPrecisionPass(ir.passes.InPlacePass):
 
     def _goes_low(self, node: ir.Node, dtypes: dict[str, int]) -> bool:
         if not is_default_domain(node.domain) or node.op_type in KEEP_FP32 | TYPED_BY_ATTRIBUTE:
+            return False
+        if keeps_fp32(node):  # a lowered ML op's comparison or sum (unframe.passes.KEEP_FP32)
             return False
         if any(a.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS)
                for a in node.attributes.values()):

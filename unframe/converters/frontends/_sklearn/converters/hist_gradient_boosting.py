@@ -17,7 +17,9 @@ This converter reads the fitted predictors' ``nodes`` arrays directly and emits 
 On the double-precision route (input declared as double) the trees go in one ``ai.onnx.ml``
 opset-5 ``TreeEnsemble`` node with float64 splits and leaf weights, so that thresholds keep
 scikit-learn's float64 values; the float route uses the widely supported
-``TreeEnsembleRegressor`` (ai.onnx.ml 1/3) with float32 thresholds.
+``TreeEnsembleRegressor`` (ai.onnx.ml 1/3) with float32 thresholds, each the largest float32 at or
+below scikit-learn's float64 one (so that float32 inputs lying on a threshold go where
+scikit-learn sends them).
 """
 
 from __future__ import annotations
@@ -103,11 +105,21 @@ def regressor_attributes(trees: list[tuple[int, FlatTree]], n_targets: int) -> d
                 a["nodes_falsenodeids"].append(tree.right[node_id])
                 a["nodes_missing_value_tracks_true"].append(tree.missing_left[node_id])
     out: dict[str, Any] = dict(a)
-    out["nodes_values"] = np.asarray(a["nodes_values"], dtype=np.float32)
+    out["nodes_values"] = float32_below(np.asarray(a["nodes_values"], dtype=np.float64))
     out["target_weights"] = np.asarray(a["target_weights"], dtype=np.float32)
     out["nodes_hitrates"] = np.asarray(a["nodes_hitrates"], dtype=np.float32)
     out.update(n_targets=n_targets, aggregate_function="SUM", post_transform="NONE")
     return out
+
+
+def float32_below(thresholds: np.ndarray) -> np.ndarray:
+    """The largest float32 at or below each float64 threshold. For a float32 input x,
+    ``x <= t`` and ``x <= float32_below(t)`` agree exactly; rounding to nearest instead would
+    move the rows lying on a threshold whose float32 rounds up."""
+    rounded = thresholds.astype(np.float32)
+    up = rounded.astype(np.float64) > thresholds
+    rounded[up] = np.nextafter(rounded[up], np.float32(-np.inf))
+    return rounded
 
 
 def tree_ensemble_attributes(trees: list[tuple[int, FlatTree]], n_targets: int,
