@@ -17,7 +17,7 @@ from typing import Any
 
 import onnx_ir as ir
 
-from unframe import io
+from unframe import io, sandbox
 from unframe import pipeline as pl
 from unframe.converters.base import Artifact, ConvertOptions, InputSpec
 from unframe.errors import Blocker, InputError, UnframeError, UsageError
@@ -212,7 +212,13 @@ def convert(source: Any, *, from_: str | None = None, to: str | list[str] = "onn
 
 
 def run(route: Route, request: Request, observer: pl.Observer, multi: bool) -> Any:
-    """Run a planned route: the prefix once, then each target's branch on its own fork."""
+    """Run a planned route: the prefix once, then each target's branch on its own fork. Native
+    code sandboxed in child processes gets one child per library for the whole conversion."""
+    with sandbox.session():
+        return _run(route, request, observer, multi)
+
+
+def _run(route: Route, request: Request, observer: pl.Observer, multi: bool) -> Any:
     t0 = time.perf_counter()
     flow = pl.Flow(request.settings, request.source, route.load.frontend)
     pl.run_stages(route.prefix, flow, observer)
@@ -290,10 +296,11 @@ def check(source: Any, *, from_: str | None = None, to: str | list[str] = "onnx"
     fe = route.load.frontend
     fe.ensure_available()
     flow = pl.Flow(settings, request.source, fe)
-    pl.run_stages(route.prefix, flow, pl.Observer())
-    out = MultiCheck(route)
-    for branch in route.branches:
-        out.results[branch.name] = _check_branch(route, branch, flow)
+    with sandbox.session():
+        pl.run_stages(route.prefix, flow, pl.Observer())
+        out = MultiCheck(route)
+        for branch in route.branches:
+            out.results[branch.name] = _check_branch(route, branch, flow)
     return out if _is_multi(to, route) else out.results[route.branches[0].name]
 
 

@@ -249,7 +249,7 @@ class Route:
 
 
 # ----------------------------------------------------------------------------- planning -----
-GENERIC_OPTIONS = ("sample_shapes",)
+GENERIC_OPTIONS = ("sample_shapes", "max_memory", "parity_timeout")  # read by the pipeline itself
 
 
 def plan(request: Request) -> Route:

@@ -133,8 +133,21 @@ class OnnxRuntimeRunner(Runner):
         return list(self._outputs)
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        import onnxruntime as ort
+
+        from unframe import limits
+
         wanted = {i.name for i in self._inputs}
-        values = self.session.run(None, {k: v for k, v in feeds.items() if k in wanted})
+        options = ort.RunOptions()
+        timer = limits.cancel_after(lambda: setattr(options, "terminate", True))
+        try:
+            values = self.session.run(None, {k: v for k, v in feeds.items() if k in wanted}, options)
+        except Exception:
+            limits.raise_if_expired()  # cancelled by the parity time limit: say that, not ORT's words
+            raise
+        finally:
+            if timer is not None:
+                timer.cancel()
         return {n: _plain(v) for n, v in zip(self._outputs, values, strict=True)}
 
 

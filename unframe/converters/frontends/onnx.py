@@ -16,6 +16,7 @@ from unframe import io
 from unframe.converters.base import ConvertOptions, ExportResult, Frontend, InputSpec
 from unframe.converters.registry import register_frontend
 from unframe.distributions import dist_version
+from unframe.errors import InputError
 from unframe.opset import main_opset
 from unframe.validate.inputs import generate_feeds
 from unframe.validate.onnxruntime import onnx_runner
@@ -41,8 +42,12 @@ class OnnxFrontend(Frontend):
         if isinstance(source, Path):
             return io.load_model(source)
         if isinstance(source, onnx.ModelProto):
-            io.check_graph(source, "the ONNX model")
-            return ir.serde.deserialize_model(source)
+            io.check_model(source, "the ONNX model")
+            try:
+                return ir.serde.deserialize_model(source)
+            except Exception as exc:  # onnx-ir's own refusal of a graph the checks let through
+                raise InputError(f"the ONNX model: the graph can't be read ({io.first_line(exc)})",
+                                 "re-export the model") from exc
         if isinstance(source, ir.Model):
             return source
         raise TypeError(f"not an ONNX model: {type(source).__name__}")

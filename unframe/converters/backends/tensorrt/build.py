@@ -4,6 +4,11 @@ Strongly typed network (precision comes from the graph), one optimization profil
 workspace limit, timing cache, version- and hardware-compatibility. Failures become typed errors:
 a parse error names the node, op and parser message; a build that returns nothing says the likely
 cause (workspace, precision, shape range) from the builder's logged errors.
+
+The parser and the builder run in the conversion's TensorRT child process (``unframe.sandbox``):
+both are native code fed a graph unframe can't vouch for, and a segfault there must not take
+unframe down. ``parse_in_child`` keeps the parsed network in the child for ``build_in_child``;
+a crash while parsing is bad input (exit 3), while building a tool failure (exit 9).
 """
 
 from __future__ import annotations
@@ -15,9 +20,20 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from unframe import sandbox
 from unframe.converters.backends.tensorrt import trtmodule
 from unframe.converters.backends.tensorrt.profiles import ProfileShape
-from unframe.errors import Blocker, ConversionError, UnsupportedError, UsageError
+from unframe.errors import (
+    Blocker,
+    ConversionError,
+    InputError,
+    MissingExtraError,
+    UnsupportedError,
+    UsageError,
+)
+
+SANDBOX = "tensorrt"  # the child every TensorRT call of a conversion shares
+PARSE_TIMEOUT = 600.0  # seconds; the builder has none (large models take long, legitimately)
 
 HARDWARE_LEVELS = {
     "none": "NONE", "ampere+": "AMPERE_PLUS", "ampere_plus": "AMPERE_PLUS",
@@ -46,6 +62,8 @@ class BuildResult:
     notes: list[str] = field(default_factory=list)
     flags: dict[str, Any] = field(default_factory=dict)
     network: dict[str, Any] = field(default_factory=dict)  # see network_summary()
+    module: str = ""  # tensorrt or tensorrt_rtx, as imported in the child
+    version: str = ""
 
 
 def parse(trt: ModuleType, onnx_path: Path, logger: Any) -> tuple[Any, Any, Any]:
@@ -75,10 +93,53 @@ def parse_errors(parser: Any) -> list[Blocker]:
     return out
 
 
-def build(trt: ModuleType, onnx_path: Path, profile: dict[str, ProfileShape],
-          options: BuildOptions) -> BuildResult:
+def build(onnx_path: Path, profile: dict[str, ProfileShape], options: BuildOptions) -> BuildResult:
+    """Parse ``onnx_path`` and build an engine, both in the conversion's TensorRT child."""
+    sandbox.call(SANDBOX, parse_in_child, onnx_path, what=f"TensorRT's ONNX parser on {onnx_path.name}",
+                 timeout=PARSE_TIMEOUT, crash_error=InputError,
+                 hint="the model holds something TensorRT's parser can't take; `unframe check --to "
+                      "tensorrt` lists what the support table knows")
+    return sandbox.call(SANDBOX, build_in_child, profile, options, what="TensorRT's builder",
+                        crash_error=ConversionError,
+                        hint="rerun with --debug and report the model; --json shows the builder's last output")
+
+
+# State the parse leaves in the child for the build: (module, logger, builder, network, parser).
+_parsed: list[Any] = []
+
+
+def _module() -> ModuleType:
+    trt = trtmodule.load_or_none()
+    if trt is None:
+        raise MissingExtraError("building a TensorRT engine", "tensorrt", "tensorrt-rtx-cu12 (or NVIDIA's tensorrt)")
+    return trt
+
+
+def parse_in_child(onnx_path: Path) -> None:
+    """(In the child.) Parse the ONNX file into a network kept for ``build_in_child``."""
+    _parsed.clear()
+    trt = _module()
     logger = trtmodule.CollectingLogger(trt)
-    builder, network, _parser = parse(trt, onnx_path, logger)
+    builder, network, parser = parse(trt, onnx_path, logger)
+    _parsed.extend((trt, logger, builder, network, parser))
+
+
+def build_in_child(profile: dict[str, ProfileShape], options: BuildOptions) -> BuildResult:
+    """(In the child.) Build the network the last ``parse_in_child`` left."""
+    if not _parsed:
+        raise ConversionError("TensorRT's builder was asked to build before a parse",
+                              "rerun with --debug and report it")
+    trt, logger, builder, network, _parser = _parsed
+    try:
+        result = build_network(trt, builder, network, logger, profile, options)
+    finally:
+        _parsed.clear()
+    result.module, result.version = trt.__name__, str(trt.__version__)
+    return result
+
+
+def build_network(trt: ModuleType, builder: Any, network: Any, logger: Any,
+                  profile: dict[str, ProfileShape], options: BuildOptions) -> BuildResult:
     config = builder.create_builder_config()
     flags = _configure(trt, builder, config, profile, options)
     cache = _load_timing_cache(config, options.timing_cache)
