@@ -214,7 +214,7 @@ def convert(source: Any, *, from_: str | None = None, to: str | list[str] = "onn
 def run(route: Route, request: Request, observer: pl.Observer, multi: bool) -> Any:
     """Run a planned route: the prefix once, then each target's branch on its own fork. Native
     code sandboxed in child processes gets one child per library for the whole conversion."""
-    with sandbox.session():
+    with sandbox.session(), pl.limited(request.settings):
         return _run(route, request, observer, multi)
 
 
@@ -296,7 +296,7 @@ def check(source: Any, *, from_: str | None = None, to: str | list[str] = "onnx"
     fe = route.load.frontend
     fe.ensure_available()
     flow = pl.Flow(settings, request.source, fe)
-    with sandbox.session():
+    with sandbox.session(), pl.limited(settings):
         pl.run_stages(route.prefix, flow, pl.Observer())
         out = MultiCheck(route)
         for branch in route.branches:
@@ -321,13 +321,14 @@ def _check_branch(route: Route, branch: Branch, flow: pl.Flow) -> CheckResult:
 def convert_opset(model: Any, opset: int, *, output: str | os.PathLike[str] | None = None,
                   validate: bool = True, force: bool = False, sample_inputs: Any = None,
                   atol: Any = None, rtol: Any = None, ml_opset: int | None = None,
-                  strict_parity: bool = False) -> ConversionResult:
+                  strict_parity: bool = False, **limits: Any) -> ConversionResult:
     """Move an ONNX model (path, ModelProto or onnx_ir.Model) to another opset, checked with
     onnxruntime against the original. ``ml_opset`` moves the ``ai.onnx.ml`` domain too. With
-    ``validate=False`` no parity inputs are drawn (models with sequence inputs convert)."""
+    ``validate=False`` no parity inputs are drawn (models with sequence inputs convert).
+    ``limits``: ``max_memory`` and ``parity_timeout`` (see ``unframe.limits``)."""
     return convert(model, from_="onnx", to="onnx", opset=opset, output=output, validate=validate,
                    force=force, sample_inputs=sample_inputs, atol=atol, rtol=rtol, ml_opset=ml_opset,
-                   strict_parity=strict_parity)
+                   strict_parity=strict_parity, **limits)
 
 
 def load(path: str | os.PathLike[str], *, from_: str | None = None, trust: bool = False, **options: Any) -> Any:

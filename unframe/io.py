@@ -80,6 +80,7 @@ def check_model(proto: onnx.ModelProto, where: str, path: Path | None = None) ->
     first (the walkers after it recurse), external data (``path``: the file the model came from;
     an in-memory model may have none), every tensor's bytes against its dims, the graph."""
     limits.check_nesting(proto, where)
+    check_text(proto, where)
     if path is not None:
         check_external_data(proto, path)
     else:
@@ -123,6 +124,32 @@ def external_files(proto: onnx.ModelProto) -> set[str]:
         if t.data_location == onnx.TensorProto.EXTERNAL:
             files.add({e.key: e.value for e in t.external_data}.get("location", ""))
     return files
+
+
+def check_text(proto: onnx.ModelProto, where: str) -> None:
+    """Every string field holds UTF-8 text. The protobuf parser lets invalid UTF-8 through as
+    ``bytes``; names, op types and locations must be text before anything compares or opens them."""
+    from google.protobuf.descriptor import FieldDescriptor
+
+    stack: list[Any] = [proto]
+    while stack:
+        msg = stack.pop()
+        for field, value in msg.ListFields():
+            if field.type == FieldDescriptor.TYPE_MESSAGE:
+                if field.message_type.GetOptions().map_entry:
+                    continue
+                stack.extend(value if _repeated(field) else [value])
+            elif field.type == FieldDescriptor.TYPE_STRING:
+                for text in (value if _repeated(field) else [value]):
+                    if not isinstance(text, str):
+                        raise InputError(f"{where}: {field.containing_type.name}.{field.name} holds "
+                                         f"{bytes(text)[:40]!r}, which is not UTF-8 text",
+                                         "the file is corrupt; re-export the model")
+
+
+def _repeated(field: Any) -> bool:
+    repeated = getattr(field, "is_repeated", None)  # protobuf >= 6; older ones have label
+    return bool(repeated) if repeated is not None else field.label == field.LABEL_REPEATED
 
 
 def iter_sparse(proto: onnx.ModelProto) -> Iterator[onnx.SparseTensorProto]:
@@ -281,6 +308,10 @@ def check_tensors(proto: onnx.ModelProto, where: str) -> None:
 # ------------------------------------------------------------------------- graph checks -----
 def check_graph(proto: onnx.ModelProto, where: str) -> None:
     """Structural checks with one-line errors: opsets, domains, undefined inputs, cycles."""
+    for o in [*proto.opset_import, *(o for f in proto.functions for o in f.opset_import)]:
+        if not 0 < o.version < 1 << 31:
+            raise InputError(f"{where}: imports opset {o.version} of {o.domain or 'ai.onnx'}, which no "
+                             "version of ONNX has", "the model is broken; re-export it")
     newest = newest_opset()
     opset = main_opset(proto)
     if opset is not None and opset > newest:
@@ -301,8 +332,27 @@ def check_graph(proto: onnx.ModelProto, where: str) -> None:
         names = ", ".join(repr(t.values.name) for t in proto.graph.sparse_initializer[:3])
         raise UnsupportedError(f"{where}: sparse initializers ({names}) are not supported",
                                "store them dense (onnx.numpy_helper) and re-export")
+    _check_inputs(proto.graph, where)
     _check_schemas(proto, where, local_fns)
-    _check_dataflow(proto.graph, where, set())
+    _check_dataflow(proto, where)
+
+
+def _check_inputs(graph: onnx.GraphProto, where: str) -> None:
+    """Graph inputs have a type a runtime knows and no negative dimension: parity inputs are made
+    from them."""
+    known = set(onnx.TensorProto.DataType.values()) - {onnx.TensorProto.UNDEFINED}
+    for v in graph.input:
+        which = v.type.WhichOneof("value")
+        if which is None:
+            raise InputError(f"{where}: input {v.name!r} has no type", "the model is broken; re-export it")
+        if which != "tensor_type":
+            continue
+        t = v.type.tensor_type
+        if t.elem_type not in known:
+            raise InputError(f"{where}: input {v.name!r} has element type {t.elem_type}, which ONNX doesn't define",
+                             "the model is broken; re-export it")
+        if any(d.HasField("dim_value") and d.dim_value < 0 for d in t.shape.dim):
+            raise InputError(f"{where}: input {v.name!r} has a negative dimension", "the model is broken; re-export it")
 
 
 def _all_nodes(g: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
@@ -400,34 +450,40 @@ def _check_attributes(node: onnx.NodeProto, schema: Any, label: str, where: str,
                          "the model is broken; re-export it")
 
 
-def _check_dataflow(g: onnx.GraphProto, where: str, outer: set[str]) -> None:
-    """Every node input is produced somewhere, once; the graph has no cycle (unsorted is fine)."""
-    stack = [(g, frozenset(outer))]
+def _check_dataflow(proto: onnx.ModelProto, where: str) -> None:
+    """Every node input is produced somewhere, once; no graph or function body has a cycle
+    (unsorted is fine). Subgraphs see their outer scope; function bodies only their inputs."""
+    stack: list[tuple[Any, set[str], frozenset[str]]] = []
+    for g in [proto.graph]:
+        local = {i.name for i in g.input} | {t.name for t in g.initializer}
+        stack.append((g.node, local | {t.values.name for t in g.sparse_initializer}, frozenset()))
+    for f in proto.functions:
+        stack.append((f.node, set(f.input), frozenset()))
     while stack:  # explicit: subgraph depth is bounded by check_nesting, but stay iterative
-        graph, scope = stack.pop()
-        available = set(scope) | {i.name for i in graph.input} | {t.name for t in graph.initializer}
-        available |= {t.values.name for t in graph.sparse_initializer}
-        producers = _producers(graph, where, available - scope)
-        for node in graph.node:
+        nodes, local, scope = stack.pop()
+        available = set(scope) | local
+        producers = _producers(nodes, where, local)
+        for node in nodes:
             for name in node.input:
                 if name and name not in available and name not in producers:
                     label = node.name or node.op_type
                     raise InputError(f"{where}: node {label!r} ({node.op_type}) reads {name!r}, "
                                      "which nothing produces", "the graph is broken; re-export the model")
-        if not _acyclic(graph.node, producers, available):
+        if not _acyclic(nodes, producers, available):
             raise InputError(f"{where}: the graph has a cycle", "the graph is broken; re-export the model")
-        inner = frozenset(available | set(producers))  # subgraphs see everything of the outer scope
-        for node in graph.node:
+        inner = frozenset(available | set(producers))
+        for node in nodes:
             for a in node.attribute:
-                subs = ([a.g] if a.HasField("g") else []) + list(a.graphs)
-                stack.extend((sub, inner) for sub in subs)
+                for sub in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                    sub_local = {i.name for i in sub.input} | {t.name for t in sub.initializer}
+                    stack.append((sub.node, sub_local | {t.values.name for t in sub.sparse_initializer}, inner))
 
 
-def _producers(graph: onnx.GraphProto, where: str, defined: set[str]) -> dict[str, int]:
+def _producers(nodes: Any, where: str, defined: set[str]) -> dict[str, int]:
     """Which node writes each value; a second writer (or a node writing over one of the graph's
     inputs or initializers) is a broken graph that every runtime would read differently."""
     producers: dict[str, int] = {}
-    for idx, node in enumerate(graph.node):
+    for idx, node in enumerate(nodes):
         for o in node.output:
             if not o:
                 continue

@@ -23,7 +23,6 @@ import contextlib
 import contextvars
 import math
 import os
-import signal
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -194,17 +193,25 @@ def tensor_nbytes(t: onnx.TensorProto, where: str) -> int | None:
     return None if bits is None else math.ceil(n * bits / 8)
 
 
+_DATA_FIELDS = ("float_data", "int32_data", "string_data", "int64_data", "double_data", "uint64_data")
+
+
 def check_inline_tensor(t: onnx.TensorProto, where: str) -> None:
-    """The data stored in the file matches the dims x dtype the tensor declares."""
+    """The data stored in the file matches the dims x dtype the tensor declares, in the one field
+    its type is stored in (raw_data, or the typed field of its type)."""
     n = tensor_elements(t, where)
     need = tensor_nbytes(t, where)
+    field, per = _FIELD_OF.get(t.data_type, ("int32_data", 1))
+    stray = [f for f in _DATA_FIELDS if f != field and len(getattr(t, f))]
+    if stray or (t.raw_data and len(getattr(t, field))):
+        raise InputError(f"{where}: tensor {t.name!r} of type {_type_name(t.data_type)} holds data in "
+                         f"{(stray or [field])[0]}, where its type is not stored", "the file is corrupt; re-export the model")
     if t.raw_data:
         if need is None:
             raise InputError(f"{where}: string tensor {t.name!r} has raw data", "the model is broken; re-export it")
         if len(t.raw_data) != need:
             raise _mismatch(where, t, need, f"{len(t.raw_data)} bytes")
         return
-    field, per = _FIELD_OF.get(t.data_type, ("int32_data", 1))
     count = len(getattr(t, field))
     if t.data_type not in _FIELD_OF and need is not None and tensor_bits(t.data_type) < 8:
         expected = need  # sub-byte types: one packed byte per int32_data entry
@@ -212,6 +219,15 @@ def check_inline_tensor(t: onnx.TensorProto, where: str) -> None:
         expected = n * per
     if count != expected:
         raise _mismatch(where, t, expected, f"{count} values in {field}")
+
+
+def _type_name(data_type: int) -> str:
+    import onnx
+
+    try:
+        return onnx.TensorProto.DataType.Name(data_type)
+    except ValueError:
+        return str(data_type)
 
 
 def _mismatch(where: str, t: onnx.TensorProto, need: int, present: str) -> InputError:
@@ -426,38 +442,63 @@ class TimeLimitExceeded(ResourceLimitError):
 def time_limit(seconds: float | None, what: str, hint: str = "") -> Iterator[None]:
     """Raise ``TimeLimitExceeded`` when the block runs longer than ``seconds``.
 
-    Python code is interrupted by SIGALRM (main thread only); native runtimes that can be
-    cancelled (onnxruntime's ``RunOptions.terminate``) use ``cancel_after`` and call
+    A watchdog thread raises it in the calling thread (CPython's ``PyThreadState_SetAsyncExc``)
+    as soon as that thread runs Python code again; no signal is used, so the limit works in any
+    thread and leaves SIGALRM to the host (a test runner, a fuzzer). Native runtimes that can
+    be cancelled (onnxruntime's ``RunOptions.terminate``) use ``cancel_after`` and call
     ``raise_if_expired`` when they return."""
     if not seconds:
         yield
         return
     hint = hint or "raise --parity-timeout, or pass --no-validate to convert without running it"
     message = f"{what} ran longer than {seconds:g} s"
-    started = time.monotonic()
     outer = _deadline.get()
-    mine = (started + seconds, message, hint)
+    mine = (time.monotonic() + seconds, message, hint)
     token = _deadline.set(mine if outer is None or mine[0] < outer[0] else outer)
-    use_signal = threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer")
-    previous: Any = None
-    old_timer = (0.0, 0.0)
-    if use_signal:
-        def expire(signum: int, frame: Any) -> None:
-            raise TimeLimitExceeded(message, hint)
-
-        previous = signal.signal(signal.SIGALRM, expire)
-        old_timer = signal.setitimer(signal.ITIMER_REAL, seconds)
+    watchdog = _Watchdog(threading.get_ident(), message, hint)
+    timer = threading.Timer(seconds, watchdog.fire)
+    timer.daemon = True
+    timer.start()
     try:
         yield
         raise_if_expired()  # a runtime cancelled itself and returned normally
     finally:
-        if use_signal:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            signal.signal(signal.SIGALRM, previous)
-            if old_timer[0]:  # an outer timer: give it back what it had left
-                left = old_timer[0] - (time.monotonic() - started)
-                signal.setitimer(signal.ITIMER_REAL, max(left, 1e-3), old_timer[1])
+        timer.cancel()
+        watchdog.disarm()
         _deadline.reset(token)
+
+
+class _Watchdog:
+    """Raises the time limit's error in one thread, once, unless disarmed first."""
+
+    def __init__(self, thread_id: int, message: str, hint: str) -> None:
+        self.thread_id = thread_id
+        self.lock = threading.Lock()
+        self.armed = True
+        self.fired = False
+        # an async exception is a class, raised without arguments: bake the message in
+        self.error = type("TimeLimitExceeded", (TimeLimitExceeded,),
+                          {"__init__": lambda err: TimeLimitExceeded.__init__(err, message, hint),
+                           "__reduce__": lambda err: (TimeLimitExceeded, (message, hint))})
+
+    def fire(self) -> None:
+        with self.lock:
+            if self.armed:
+                self.fired = True
+                _set_async_exc(self.thread_id, self.error)
+
+    def disarm(self) -> None:
+        with self.lock:
+            self.armed = False
+            if self.fired:  # fired but maybe not yet delivered: don't let it escape the block
+                _set_async_exc(self.thread_id, None)
+
+
+def _set_async_exc(thread_id: int, error: type[BaseException] | None) -> None:
+    import ctypes
+
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id),
+                                               ctypes.py_object(error) if error is not None else None)
 
 
 def remaining() -> float | None:

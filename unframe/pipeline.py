@@ -542,9 +542,17 @@ class Observer:
         yield
 
 
-def run_stages(stages: list[Stage], flow: Flow, observer: Observer) -> None:
-    budget = flow.settings.options.get("max_memory")
+@contextmanager
+def limited(settings: Settings) -> Iterator[None]:
+    """The memory budget of a whole route (``--max-memory``), around everything that allocates
+    from a model's numbers: stages, and the feeds drawn between them."""
+    budget = settings.options.get("max_memory")
     with limits.memory_budget(limits.parse_size(budget) if budget is not None else None):
+        yield
+
+
+def run_stages(stages: list[Stage], flow: Flow, observer: Observer) -> None:
+    with limited(flow.settings):
         for stage in stages:
             _run_stage(stage, flow, observer)
 

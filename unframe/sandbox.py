@@ -195,14 +195,18 @@ def _unpack(reply: tuple[str, Any], what: str) -> Any:
 
 # ------------------------------------------------------------------------------ sessions -------
 _children: dict[str, Sandbox] = {}
+_in_session: set[str] = set()  # children started inside a session: closed when it ends
 _depth = [0]
 
 
 def shared(name: str) -> Sandbox:
-    """The child for ``name`` (e.g. "tensorrt") of the current session, started on first call."""
+    """The child for ``name`` (e.g. "tensorrt"), started on first call. Inside a ``session``
+    it lives until the session ends; outside any, until the process exits."""
     box = _children.get(name)
     if box is None:
         box = _children[name] = Sandbox(name)
+        if _depth[0]:
+            _in_session.add(name)
     return box
 
 
@@ -213,20 +217,26 @@ def call(name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
 
 @contextlib.contextmanager
 def session() -> Iterator[None]:
-    """One conversion: children started inside are closed when the outermost session ends."""
+    """One conversion: children started inside are closed when the outermost session ends, so
+    a conversion's parser and builder share a child and the next conversion gets a fresh one."""
     _depth[0] += 1
     try:
         yield
     finally:
         _depth[0] -= 1
         if _depth[0] == 0:
-            close_all()
+            for name in sorted(_in_session):
+                box = _children.pop(name, None)
+                if box is not None:
+                    box.close()
+            _in_session.clear()
 
 
 def close_all() -> None:
     while _children:
         _, box = _children.popitem()
         box.close()
+    _in_session.clear()
 
 
 atexit.register(close_all)

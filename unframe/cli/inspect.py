@@ -167,13 +167,7 @@ def _describe_coreml(path: Path, kind: str) -> dict[str, Any]:
     from unframe.converters.backends.coreml.mil_eval._ct import import_coremltools
 
     ct = import_coremltools()
-    try:
-        spec = ct.utils.load_spec(str(path))
-    except Exception as exc:
-        text = str(exc).strip()
-        raise InputError(f"{path}: not a readable CoreML {kind} "
-                         f"({(text.splitlines()[0] if text else type(exc).__name__)[:300]})",
-                         "the package may be incomplete or not CoreML; convert it again") from exc
+    spec = _load_spec(ct, path, kind)
     description = spec.description
     inputs, outputs = description.input, description.output
     functions = [f.name for f in description.functions]
@@ -223,6 +217,42 @@ def _describe_coreml(path: Path, kind: str) -> dict[str, Any]:
              "version_string": meta.versionString}
     info["description"] = {k: v for k, v in about.items() if v}
     return info
+
+
+def _load_spec(ct: Any, path: Path, kind: str) -> Any:
+    """The package's spec, read in a child process (coremltools' package reader is native code a
+    foreign package can crash) and handed back as bytes."""
+    from coremltools.proto import Model_pb2
+
+    from unframe import archives, sandbox
+    from unframe.converters.backends.coreml.mil_eval.runner import SANDBOX
+
+    if kind == "mlpackage":
+        archives.check_folder(path, "Core ML package")
+    data = sandbox.call(SANDBOX, spec_bytes, path, kind, what=f"coremltools on {path.name}", timeout=300.0,
+                        hint="the package is malformed; convert it again")
+    try:
+        return Model_pb2.Model.FromString(data)
+    except Exception as exc:  # noqa: BLE001 - protobuf's DecodeError and kin
+        raise InputError(f"{path}: not a readable CoreML {kind} ({first_line(exc)})",
+                         "the package may be incomplete or not CoreML; convert it again") from exc
+
+
+def spec_bytes(path: Path, kind: str) -> bytes:
+    """(In the child.) coremltools' ``load_spec``, serialized."""
+    from unframe.converters.backends.coreml.mil_eval._ct import import_coremltools
+
+    ct = import_coremltools()
+    try:
+        return ct.utils.load_spec(str(path)).SerializeToString()
+    except Exception as exc:  # noqa: BLE001 - whatever coremltools raises on a bad package
+        raise InputError(f"{path}: not a readable CoreML {kind} ({first_line(exc)})",
+                         "the package may be incomplete or not CoreML; convert it again") from exc
+
+
+def first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return (text.splitlines()[0] if text else type(exc).__name__)[:300]
 
 
 def _class_labels(spec: Any) -> list[Any] | None:

@@ -55,7 +55,8 @@ def check_feed_bytes(shapes: Sequence[Mapping[str, tuple[int, ...]]], dtypes: Ma
     total, biggest, most = 0, "", -1
     for feed in shapes:
         for name, shape in feed.items():
-            nbytes = limits.shape_bytes(shape, dtypes[name].itemsize if dtypes[name].kind != "O" else 64)
+            # drawn in float64/int64 and cast: 8 bytes of scratch per element at least
+            nbytes = limits.shape_bytes(shape, max(dtypes[name].itemsize, 8) if dtypes[name].kind != "O" else 64)
             total += nbytes
             if nbytes > most:
                 biggest, most = f"{name!r} {list(shape)}", nbytes
@@ -81,7 +82,8 @@ def _shape(v: ir.Value, fill: int, source: str) -> tuple[int, ...]:
 
 def random_tensor(rng: np.random.Generator, shape: tuple[int, ...], dt: ir.DataType | None) -> np.ndarray:
     npdt = numpy_dtype(dt)
-    limits.check_array(shape, npdt, "a parity input")
+    # values are drawn in float64/int64 and then cast: that scratch is what has to fit
+    limits.check_array(shape, np.float64 if npdt.itemsize < 8 else npdt, "a parity input")
     if npdt.kind == "f" or str(npdt) == "bfloat16":
         return rng.standard_normal(shape).astype(npdt)
     if npdt.kind in "iu":

@@ -93,7 +93,8 @@ class CoreMLBackend(Backend):
             raise RunnerUnavailable(f"the MIL evaluator is unavailable: {exc}") from exc
         if artifact.path is None:
             raise RunnerUnavailable("the CoreML artifact was not written to disk")
-        return CoreMLRunner(MILRunner(artifact.path), json.loads(artifact.metadata["unframe.io"]))
+        return CoreMLRunner(MILRunner(artifact.path, vouched=True),  # written by convert() just now
+                            json.loads(artifact.metadata["unframe.io"]))
 
     def tolerance(self, dtype: np.dtype, target: Target) -> tuple[float, float] | None:
         if _precision(target) == "fp16" and np.dtype(dtype).kind == "f":

@@ -31,6 +31,9 @@ def load_file(path: Path, trust: bool) -> Any:
 def load_skops(path: Path, trust: bool) -> Any:
     import skops.io as sio
 
+    from unframe import archives
+
+    archives.check_zip(path, "skops archive")  # entries escaping it, duplicates, zip bombs
     try:
         untrusted = sio.get_untrusted_types(file=path)
     except Exception as exc:

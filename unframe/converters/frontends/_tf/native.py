@@ -87,6 +87,9 @@ def load_path(path: Path, trust: bool, signature: str | None, custom_objects: An
 
 
 def load_keras_file(path: Path, trust: bool, custom_objects: Any = None) -> TfModel:
+    from unframe.converters.frontends._tf import probes
+
+    probes.check_keras_file(path)  # the archive, and HDF5 on its weights in a child process first
     lambdas = lambda_layers(path)
     if lambdas and not trust:
         raise TrustRequiredError(
@@ -190,6 +193,9 @@ def _find_lambdas(node: Any, found: list[str]) -> None:
 
 
 def load_saved_model(path: Path, signature: str | None) -> TfModel:
+    from unframe import archives
+
+    archives.check_folder(path, "SavedModel")
     import tensorflow as tf
 
     try:
@@ -215,6 +221,9 @@ def load_saved_model(path: Path, signature: str | None) -> TfModel:
 
 
 def load_tflite(path: Path) -> TfModel:
+    from unframe.converters.frontends._tf import probes
+
+    probes.check_tflite_file(path)  # the interpreter crashes on some malformed files: a child first
     interpreter = make_interpreter(path)
     sigs = interpreter.get_signature_list()
     names: dict[str, str] = {}

@@ -54,6 +54,9 @@ def detect_kind(path: Path) -> SourceKind:
     if path.is_dir():
         raise InputError(f"{path}: is a directory, expected a torch file", "pass the file itself")
     if zipfile.is_zipfile(path):
+        from unframe import archives
+
+        archives.check_zip(path, "torch archive")  # entries escaping it, duplicates, zip bombs
         with zipfile.ZipFile(path) as archive:
             return _kind_of_names(path, archive.namelist())
     with path.open("rb") as fh:
