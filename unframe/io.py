@@ -254,9 +254,8 @@ def _walk_without_links(base: Path, parts: tuple[str, ...], where: str, loc: str
             raise InputError(f"{where} in {loc}, which can't be read ({exc.strerror})",
                              "check the data file") from None
         if stat.S_ISLNK(st.st_mode):
-            raise InputError(f"{where} in {loc}, which resolves outside the model's folder or through a "
-                             f"link ({'/'.join(parts[: i + 1])} is a link)",
-                             "a link can lead out of the folder; copy the data file in instead")
+            raise InputError(f"{where} through a link: {'/'.join(parts[: i + 1])}",
+                             "links can lead out of the model's folder; copy the data file in instead")
     if not stat.S_ISREG(st.st_mode):
         raise InputError(f"{where} in {loc}, which is not a regular file", "external data must be a data file")
     if st.st_nlink > 1:
@@ -406,11 +405,8 @@ def _check_node(node: onnx.NodeProto, imports: dict[str, int], where: str,
     except onnx.defs.SchemaError:
         raise InputError(f"{where}: {label} doesn't exist in {domain or 'ai.onnx'} opset {version}",
                          "the model is broken or uses another opset; re-export it") from None
-    given = len(node.input)
-    present = given
-    while present and not node.input[present - 1]:
-        present -= 1  # trailing empty names are omitted optional inputs
-    if given > schema.max_input or present < schema.min_input:
+    given = len(node.input)  # omitted optional inputs are "" and count: min_input includes them
+    if given > schema.max_input or given < schema.min_input:
         raise InputError(f"{where}: {label} has {given} inputs; opset {version} takes "
                          f"{_arity(schema.min_input, schema.max_input)}", "the model is broken; re-export it")
     outs = len(node.output)

@@ -87,10 +87,18 @@ class Workspace:
 
 
 _WS: list[Workspace] = []
+_SESSION: list[Any] = []
 
 
 def workspace() -> Workspace:
     if not _WS:
+        from unframe import sandbox
+
+        # One sandbox session for the whole campaign: each run would otherwise start (and import
+        # TensorRT or coremltools in) a fresh child, as one conversion does. A crashed child is
+        # replaced on the next call either way.
+        _SESSION.append(sandbox.session())  # kept referenced: a collected one would end itself
+        _SESSION[0].__enter__()
         _WS.append(Workspace())
     return _WS[0]
 

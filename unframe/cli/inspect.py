@@ -164,6 +164,22 @@ def _describe_coreml(path: Path, kind: str) -> dict[str, Any]:
                          "pass the package folder (a .mlmodel file is inspected as .mlmodel)")
     if kind == "mlmodel":
         io.check_readable_file(path, "CoreML model")
+    else:
+        from unframe import archives
+
+        archives.check_folder(path, "Core ML package")  # links out, hard links, special files
+    from unframe import sandbox
+    from unframe.converters.backends.coreml.mil_eval.runner import SANDBOX
+
+    # coremltools' package reader is native code a foreign package can crash: the whole reading
+    # happens in a child process, which hands back the description (this process never imports
+    # coremltools for inspect)
+    return sandbox.call(SANDBOX, describe_coreml_in_child, path, kind, what=f"coremltools on {path.name}",
+                        timeout=300.0, hint="the package is malformed; convert it again")
+
+
+def describe_coreml_in_child(path: Path, kind: str) -> dict[str, Any]:
+    """(In the child.) The description of a Core ML model or package, from its spec."""
     from unframe.converters.backends.coreml.mil_eval._ct import import_coremltools
 
     ct = import_coremltools()
@@ -220,31 +236,8 @@ def _describe_coreml(path: Path, kind: str) -> dict[str, Any]:
 
 
 def _load_spec(ct: Any, path: Path, kind: str) -> Any:
-    """The package's spec, read in a child process (coremltools' package reader is native code a
-    foreign package can crash) and handed back as bytes."""
-    from coremltools.proto import Model_pb2
-
-    from unframe import archives, sandbox
-    from unframe.converters.backends.coreml.mil_eval.runner import SANDBOX
-
-    if kind == "mlpackage":
-        archives.check_folder(path, "Core ML package")
-    data = sandbox.call(SANDBOX, spec_bytes, path, kind, what=f"coremltools on {path.name}", timeout=300.0,
-                        hint="the package is malformed; convert it again")
     try:
-        return Model_pb2.Model.FromString(data)
-    except Exception as exc:  # noqa: BLE001 - protobuf's DecodeError and kin
-        raise InputError(f"{path}: not a readable CoreML {kind} ({first_line(exc)})",
-                         "the package may be incomplete or not CoreML; convert it again") from exc
-
-
-def spec_bytes(path: Path, kind: str) -> bytes:
-    """(In the child.) coremltools' ``load_spec``, serialized."""
-    from unframe.converters.backends.coreml.mil_eval._ct import import_coremltools
-
-    ct = import_coremltools()
-    try:
-        return ct.utils.load_spec(str(path)).SerializeToString()
+        return ct.utils.load_spec(str(path))
     except Exception as exc:  # noqa: BLE001 - whatever coremltools raises on a bad package
         raise InputError(f"{path}: not a readable CoreML {kind} ({first_line(exc)})",
                          "the package may be incomplete or not CoreML; convert it again") from exc

@@ -86,10 +86,10 @@ class MILRunner(Runner):
 
     def __init__(self, source: str | Path | Any, function: str = "main", *, vouched: bool = False) -> None:
         """``vouched``: ``source`` is a package unframe just wrote (not probed in a child first)."""
+        self.program = load_program(source, vouched=vouched)
         ct = _coremltools()
         self.source = source
         self.function = function
-        self.program = load_program(source, vouched=vouched)
         if function not in self.program.functions:
             raise InputError(f"{_describe(source)} has no function {function!r}",
                              f"functions: {', '.join(self.program.functions)}")
