@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
+from unframe import limits
 from unframe.converters.backends.coreml.context import MIL_DTYPES, TranslateContext
 from unframe.converters.backends.coreml.ops import translator
 from unframe.converters.backends.coreml.ops._util import (
@@ -43,7 +44,10 @@ def dropout(ctx: TranslateContext) -> Any:
     """Inference: the input passes through; the optional mask is all true."""
     x = mb().identity(x=ctx.x(0))
     if len(ctx.node.outputs) > 1:
-        ones = mb().fill(shape=shape_of(x), value=True) if not static_dims(x.shape) \
+        static = static_dims(x.shape)
+        if static:  # a constant mask: its size comes from the model, so check it first
+            limits.check_array([int(d) for d in x.shape], bool, f"Dropout {ctx.node.name!r}'s mask")
+        ones = mb().fill(shape=shape_of(x), value=True) if not static \
             else np.ones([int(d) for d in x.shape], dtype=bool)
         return x, mb().identity(x=ones) if isinstance(ones, np.ndarray) else ones
     return x
@@ -216,7 +220,9 @@ def expand(ctx: TranslateContext) -> Any:
     kind = dtype_name(x)
     work = cast(x, "int32") if kind == "bool" else x
     if shape is not None:
-        zeros = np.zeros([max(int(s), 0) for s in shape], dtype=np.float32 if kind.startswith("fp") else np.int32)
+        target = [max(int(s), 0) for s in shape]
+        limits.check_array(target, np.float32, f"Expand {ctx.node.name!r}'s target shape")
+        zeros = np.zeros(target, dtype=np.float32 if kind.startswith("fp") else np.int32)
         if kind == "fp16":
             zeros = zeros.astype(np.float16)
         out = m.add(x=work, y=zeros)
