@@ -26,6 +26,15 @@ MAX_RATIO = 1000  # inflated / compressed, for entries above RATIO_FLOOR
 RATIO_FLOOR = 1 << 20  # small entries (JSON, configs) compress well and legitimately
 
 
+def is_zip(path: Path) -> bool:
+    """``zipfile.is_zipfile``, which raises on some malformed directories: those are zips too
+    (``check_zip`` then says what is wrong with them)."""
+    try:
+        return zipfile.is_zipfile(path)
+    except (zipfile.BadZipFile, ValueError, EOFError):
+        return True
+
+
 def check_zip(path: Path, what: str = "archive") -> None:
     """Refuse a zip archive whose entries escape it, repeat, are links, or inflate too much."""
     try:

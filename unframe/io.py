@@ -66,12 +66,21 @@ def load_model(path: str | os.PathLike[str]) -> ir.Model:
     path = Path(path)
     proto = load_proto(path)
     check_model(proto, str(path), path)
+    model = deserialize(proto, str(path))
+    ir.external_data.set_base_dir(model.graph, path.parent.resolve())
+    return model
+
+
+def deserialize(proto: onnx.ModelProto, where: str) -> ir.Model:
+    """The checked proto as an ``onnx_ir.Model``, its graphs and functions topologically sorted
+    (ONNX files may list nodes in any order; every pass after this one expects producers first)."""
     try:
         model = ir.serde.deserialize_model(proto)
-    except Exception as exc:
-        raise InputError(f"{path}: the graph can't be read ({first_line(exc)})",
-                         "re-export the model") from exc
-    ir.external_data.set_base_dir(model.graph, path.parent.resolve())
+        model.graph.sort()
+        for function in model.functions.values():
+            function.sort()
+    except Exception as exc:  # noqa: BLE001 - onnx-ir's refusal of a graph the checks let through
+        raise InputError(f"{where}: the graph can't be read ({first_line(exc)})", "re-export the model") from exc
     return model
 
 
@@ -447,16 +456,18 @@ def _check_attributes(node: onnx.NodeProto, schema: Any, label: str, where: str,
 
 
 def _check_dataflow(proto: onnx.ModelProto, where: str) -> None:
-    """Every node input is produced somewhere, once; no graph or function body has a cycle
-    (unsorted is fine). Subgraphs see their outer scope; function bodies only their inputs."""
-    stack: list[tuple[Any, set[str], frozenset[str]]] = []
-    for g in [proto.graph]:
-        local = {i.name for i in g.input} | {t.name for t in g.initializer}
-        stack.append((g.node, local | {t.values.name for t in g.sparse_initializer}, frozenset()))
+    """Every node input and every output is produced somewhere, once; no graph or function body
+    has a cycle (unsorted is fine). Subgraphs see their outer scope; function bodies only their
+    inputs."""
+    stack: list[tuple[Any, set[str], frozenset[str], list[str]]] = []
+    g = proto.graph
+    local = {i.name for i in g.input} | {t.name for t in g.initializer}
+    stack.append((g.node, local | {t.values.name for t in g.sparse_initializer}, frozenset(),
+                  [o.name for o in g.output]))
     for f in proto.functions:
-        stack.append((f.node, set(f.input), frozenset()))
+        stack.append((f.node, set(f.input), frozenset(), list(f.output)))
     while stack:  # explicit: subgraph depth is bounded by check_nesting, but stay iterative
-        nodes, local, scope = stack.pop()
+        nodes, local, scope, outputs = stack.pop()
         available = set(scope) | local
         producers = _producers(nodes, where, local)
         for node in nodes:
@@ -465,6 +476,10 @@ def _check_dataflow(proto: onnx.ModelProto, where: str) -> None:
                     label = node.name or node.op_type
                     raise InputError(f"{where}: node {label!r} ({node.op_type}) reads {name!r}, "
                                      "which nothing produces", "the graph is broken; re-export the model")
+        for name in outputs:
+            if not name or (name not in available and name not in producers):
+                raise InputError(f"{where}: output {name!r} is not produced by any node, input or initializer",
+                                 "the graph is broken; re-export the model")
         if not _acyclic(nodes, producers, available):
             raise InputError(f"{where}: the graph has a cycle", "the graph is broken; re-export the model")
         inner = frozenset(available | set(producers))
@@ -472,7 +487,8 @@ def _check_dataflow(proto: onnx.ModelProto, where: str) -> None:
             for a in node.attribute:
                 for sub in ([a.g] if a.HasField("g") else []) + list(a.graphs):
                     sub_local = {i.name for i in sub.input} | {t.name for t in sub.initializer}
-                    stack.append((sub.node, sub_local | {t.values.name for t in sub.sparse_initializer}, inner))
+                    stack.append((sub.node, sub_local | {t.values.name for t in sub.sparse_initializer}, inner,
+                                  [o.name for o in sub.output]))
 
 
 def _producers(nodes: Any, where: str, defined: set[str]) -> dict[str, int]:

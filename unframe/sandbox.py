@@ -41,7 +41,7 @@ from typing import Any
 
 from unframe.errors import InputError, UnframeError
 
-START_TIMEOUT = 60.0  # a child that can't even start (a broken interpreter) is an error, not a hang
+START_TIMEOUT = 300.0  # a preload (a library's import) that takes longer is an error, not a hang
 
 
 class SandboxedFailure(RuntimeError):
@@ -85,6 +85,7 @@ class Sandbox:
         theirs.close()
         self.conn = Connection(ours.detach())
         self.starts += 1
+        self._preloaded: set[str] = set()
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -107,22 +108,36 @@ class Sandbox:
 
     # -- calls -----------------------------------------------------------------------------------
     def call(self, fn: Callable[..., Any], *args: Any, what: str = "", timeout: float | None = None,
-             crash_error: type[UnframeError] = InputError, hint: str = "", **kwargs: Any) -> Any:
-        """``fn(*args, **kwargs)`` in the child (``fn`` must be a module-level function)."""
+             crash_error: type[UnframeError] = InputError, hint: str = "",
+             preload: Callable[[], Any] | None = None, **kwargs: Any) -> Any:
+        """``fn(*args, **kwargs)`` in the child (``fn`` must be a module-level function).
+
+        ``timeout`` bounds the call itself; ``preload`` (a module-level function, e.g. one that
+        imports TensorFlow) runs first in a fresh child, outside the timeout, so that a limit
+        sized for the work is not eaten by a slow import."""
         what = what or f"{fn.__module__}.{fn.__qualname__}"
         with self._lock:
             if not self.alive():
                 self.close()
                 self._start()
-            self.calls += 1
-            try:
-                self.conn.send((fn.__module__, fn.__qualname__, args, kwargs))
-            except (OSError, EOFError):
-                pass  # the child died under us: reported below from its exit status
-            reply = self._wait(timeout)
-            if reply is None:
-                raise self._crashed(what, timeout, crash_error, hint)
+            key = preload and f"{preload.__module__}.{preload.__qualname__}"
+            if preload is not None and key not in self._preloaded:
+                self._exchange(preload, (), {}, what, START_TIMEOUT, crash_error, hint)
+                self._preloaded.add(key)
+            reply = self._exchange(fn, args, kwargs, what, timeout, crash_error, hint)
         return _unpack(reply, what)
+
+    def _exchange(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], what: str,
+                  timeout: float | None, crash_error: type[UnframeError], hint: str) -> Any:
+        self.calls += 1
+        try:
+            self.conn.send((fn.__module__, fn.__qualname__, args, kwargs))
+        except (OSError, EOFError):
+            pass  # the child died under us: reported below from its exit status
+        reply = self._wait(timeout)
+        if reply is None:
+            raise self._crashed(what, timeout, crash_error, hint)
+        return reply
 
     def _wait(self, timeout: float | None) -> Any:
         """The child's reply, or None when it died or ran past ``timeout`` (then it is killed)."""

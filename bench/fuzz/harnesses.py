@@ -22,6 +22,7 @@ import random
 import shutil
 import tempfile
 import zipfile
+import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -156,7 +157,7 @@ def inspect(data: bytes) -> None:
     if name.endswith(".mlpackage"):
         try:
             path = ws.unpack(name, body)
-        except (zipfile.BadZipFile, EOFError, ValueError, OSError, NotImplementedError, RuntimeError):
+        except (zipfile.BadZipFile, zlib.error, EOFError, ValueError, OSError, NotImplementedError, RuntimeError):
             return  # not a zip: the harness's packing, not unframe, refused it
     elif name.endswith(".engine"):
         engine, _, sidecar = body.partition(b"\n--sidecar--\n")
@@ -213,7 +214,7 @@ def mil_eval(data: bytes) -> None:
 
     try:
         path = workspace().unpack("prog.mlpackage", data)
-    except (zipfile.BadZipFile, EOFError, ValueError, OSError, NotImplementedError, RuntimeError):
+    except (zipfile.BadZipFile, zlib.error, EOFError, ValueError, OSError, NotImplementedError, RuntimeError):
         return
     import numpy as np
 

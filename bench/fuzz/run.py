@@ -36,7 +36,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT), str(ROOT / "bench" / "fuzz")]
-OUT = ROOT / "bench" / "out" / "fuzz"
+OUT = Path(os.environ.get("UNFRAME_FUZZ_OUT", ROOT / "bench" / "out" / "fuzz"))  # tests point it elsewhere
 SAVED = ROOT / "tests" / "fuzz" / "corpus"
 
 

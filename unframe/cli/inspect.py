@@ -101,8 +101,13 @@ def _decode(value: Any) -> Any:
 
 
 def _parity(prov: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The parity summary, if it has the shape unframe writes (metadata is the file's, so its
+    author's: anything else is shown as plain provenance text, not as a table)."""
     parity = prov.get("parity")
-    return parity if isinstance(parity, dict) else None
+    if not isinstance(parity, dict):
+        return None
+    stages = parity.get("stages", [])
+    return parity if isinstance(stages, list) and all(isinstance(s, dict) for s in stages) else None
 
 
 # ------------------------------------------------------------------------------------- onnx --
@@ -169,13 +174,14 @@ def _describe_coreml(path: Path, kind: str) -> dict[str, Any]:
 
         archives.check_folder(path, "Core ML package")  # links out, hard links, special files
     from unframe import sandbox
-    from unframe.converters.backends.coreml.mil_eval.runner import SANDBOX
+    from unframe.converters.backends.coreml.mil_eval.runner import SANDBOX, preload_coremltools, read_timeout
 
     # coremltools' package reader is native code a foreign package can crash: the whole reading
     # happens in a child process, which hands back the description (this process never imports
     # coremltools for inspect)
     return sandbox.call(SANDBOX, describe_coreml_in_child, path, kind, what=f"coremltools on {path.name}",
-                        timeout=300.0, hint="the package is malformed; convert it again")
+                        timeout=read_timeout(path), preload=preload_coremltools,
+                        hint="the package is malformed; convert it again")
 
 
 def describe_coreml_in_child(path: Path, kind: str) -> dict[str, Any]:

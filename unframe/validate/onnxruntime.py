@@ -107,7 +107,11 @@ class OnnxRuntimeRunner(Runner):
         self.name = f"onnxruntime {_version('onnxruntime')}"
         src = _ModelFile(model)
         opts = ort.SessionOptions()
-        opts.log_severity_level = 3
+        from unframe.quiet import debug_enabled
+
+        # 4 = fatal only: a refused model is reported through the exception (typed by the
+        # pipeline); onnxruntime's own log line would only add a second, colored error line
+        opts.log_severity_level = 3 if debug_enabled() else 4
         opts.graph_optimization_level = {
             "none": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
             "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
@@ -174,7 +178,8 @@ class ReferenceRunner(Runner):
         return list(self._outputs)
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        values = self.evaluator.run(None, {k: v for k, v in feeds.items() if k in self._inputs})
+        with np.errstate(all="ignore"):  # a division by zero is a value to compare, not a warning to print
+            values = self.evaluator.run(None, {k: v for k, v in feeds.items() if k in self._inputs})
         return {n: _plain(v) for n, v in zip(self._outputs, values, strict=True)}
 
 

@@ -16,7 +16,6 @@ from unframe import io
 from unframe.converters.base import ConvertOptions, ExportResult, Frontend, InputSpec
 from unframe.converters.registry import register_frontend
 from unframe.distributions import dist_version
-from unframe.errors import InputError
 from unframe.opset import main_opset
 from unframe.validate.inputs import generate_feeds
 from unframe.validate.onnxruntime import onnx_runner
@@ -43,11 +42,7 @@ class OnnxFrontend(Frontend):
             return io.load_model(source)
         if isinstance(source, onnx.ModelProto):
             io.check_model(source, "the ONNX model")
-            try:
-                return ir.serde.deserialize_model(source)
-            except Exception as exc:  # onnx-ir's own refusal of a graph the checks let through
-                raise InputError(f"the ONNX model: the graph can't be read ({io.first_line(exc)})",
-                                 "re-export the model") from exc
+            return io.deserialize(source, "the ONNX model")
         if isinstance(source, ir.Model):
             return source
         raise TypeError(f"not an ONNX model: {type(source).__name__}")

@@ -33,7 +33,19 @@ from unframe.errors import (
 )
 
 SANDBOX = "tensorrt"  # the child every TensorRT call of a conversion shares
-PARSE_TIMEOUT = 600.0  # seconds; the builder has none (large models take long, legitimately)
+
+
+def parse_timeout(onnx_path: Path) -> float:
+    """Seconds the parser gets (TensorRT imported): a few, plus 20 MB/s of model and weights.
+    The builder has no limit: large models take long, legitimately."""
+    data = onnx_path.with_name(onnx_path.name + ".data")
+    size = onnx_path.stat().st_size + (data.stat().st_size if data.exists() else 0)
+    return 10.0 + size / 20e6
+
+
+def import_tensorrt() -> None:
+    """(In the child, before a timed call.) TensorRT's import is not the parser's time."""
+    trtmodule.load_or_none()
 
 HARDWARE_LEVELS = {
     "none": "NONE", "ampere+": "AMPERE_PLUS", "ampere_plus": "AMPERE_PLUS",
@@ -96,7 +108,7 @@ def parse_errors(parser: Any) -> list[Blocker]:
 def build(onnx_path: Path, profile: dict[str, ProfileShape], options: BuildOptions) -> BuildResult:
     """Parse ``onnx_path`` and build an engine, both in the conversion's TensorRT child."""
     sandbox.call(SANDBOX, parse_in_child, onnx_path, what=f"TensorRT's ONNX parser on {onnx_path.name}",
-                 timeout=PARSE_TIMEOUT, crash_error=InputError,
+                 timeout=parse_timeout(onnx_path), preload=import_tensorrt, crash_error=InputError,
                  hint="the model holds something TensorRT's parser can't take; `unframe check --to "
                       "tensorrt` lists what the support table knows")
     return sandbox.call(SANDBOX, build_in_child, profile, options, what="TensorRT's builder",

@@ -525,7 +525,7 @@ def parser_verdict(model: ir.Model) -> ParserVerdict | None:
     parser is native code a hostile graph can crash); None when no TensorRT module is importable."""
     from unframe import sandbox
     from unframe.converters.backends.tensorrt import trtmodule
-    from unframe.converters.backends.tensorrt.build import PARSE_TIMEOUT, SANDBOX
+    from unframe.converters.backends.tensorrt.build import SANDBOX, import_tensorrt, parse_timeout
     from unframe.errors import InputError
 
     if trtmodule.installed_flavour() is None:
@@ -535,7 +535,7 @@ def parser_verdict(model: ir.Model) -> ParserVerdict | None:
         # Saved with its weights beside it, so the parser can read external data by path.
         ir.save(model, path, external_data="model.onnx.data" if _has_external(model) else None)
         return sandbox.call(SANDBOX, verdict_in_child, path, what="TensorRT's ONNX parser",
-                            timeout=PARSE_TIMEOUT, crash_error=InputError,
+                            timeout=parse_timeout(path), preload=import_tensorrt, crash_error=InputError,
                             hint="the model holds something TensorRT's parser can't take")
 
 

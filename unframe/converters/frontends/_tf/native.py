@@ -221,10 +221,16 @@ def load_saved_model(path: Path, signature: str | None) -> TfModel:
 
 
 def load_tflite(path: Path) -> TfModel:
+    """The TFLite model's inputs and outputs, read by an interpreter in a child process: TFLite
+    crashes on some malformed files, even in its getters, so this process never opens one."""
     from unframe.converters.frontends._tf import probes
 
-    probes.check_tflite_file(path)  # the interpreter crashes on some malformed files: a child first
-    interpreter = make_interpreter(path)
+    inputs, outputs, names = probes.describe_tflite(path)
+    return TfModel("tflite", path, str(path), inputs, outputs, path=path, tflite_names=names)
+
+
+def tflite_signature(interpreter: Any) -> tuple[list[TensorSpec], list[str], dict[str, str]]:
+    """(inputs, output names, tensor name -> signature key) of an interpreter."""
     sigs = interpreter.get_signature_list()
     names: dict[str, str] = {}
     if len(sigs) == 1:
@@ -238,7 +244,7 @@ def load_tflite(path: Path) -> TfModel:
         inputs.append(TensorSpec(names.get(det["name"], det["name"]), shape,
                                  _np_name(det["dtype"])))
     outputs = [names.get(det["name"], det["name"]) for det in interpreter.get_output_details()]
-    return TfModel("tflite", path, str(path), inputs, outputs, path=path, tflite_names=names)
+    return inputs, outputs, names
 
 
 def make_interpreter(path: Path) -> Any:
@@ -333,7 +339,11 @@ def built_inputs(model: Any) -> list[TensorSpec]:
 
 def keras_output_names(model: Any) -> list[str]:
     """Output names in the order tf2onnx's from_keras writes them (``model.output_names``)."""
-    return [str(n) for n in model.output_names]
+    names = getattr(model, "output_names", None)
+    if names is None:  # a model saved before it was built (a file's config can say so)
+        raise InputError(f"the Keras model {getattr(model, 'name', '?')!r} has no outputs: it was saved "
+                         "before it was built", "build it (call it on an input) and save it again")
+    return [str(n) for n in names]
 
 
 def embedding_bound(model: Any, default: int = 3) -> int:

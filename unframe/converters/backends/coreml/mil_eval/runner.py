@@ -52,7 +52,19 @@ def probe_foreign(path: Path) -> None:
     if path.is_dir():
         archives.check_folder(path, "Core ML package")
     sandbox.call(SANDBOX, _load_in_child, path, limits.max_memory(), what=f"coremltools on {path.name}",
-                 timeout=300.0, crash_error=InputError, hint="the package is malformed; convert it again")
+                 timeout=read_timeout(path), preload=preload_coremltools, crash_error=InputError,
+                 hint="the package is malformed; convert it again")
+
+
+def read_timeout(path: Path) -> float:
+    """Seconds coremltools gets to read a package (once imported): a few, plus 20 MB/s."""
+    files = [p for p in path.rglob("*") if p.is_file()] if path.is_dir() else [path]
+    return 10.0 + sum(p.stat().st_size for p in files) / 20e6
+
+
+def preload_coremltools() -> None:
+    """(In the child, before a timed call.) coremltools' import is not the reader's time."""
+    import_coremltools()
 
 
 def _load_in_child(path: Path, budget: int) -> None:
