@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -18,6 +19,7 @@ import tempfile
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -138,22 +140,43 @@ def external_files(proto: onnx.ModelProto) -> set[str]:
 def check_text(proto: onnx.ModelProto, where: str) -> None:
     """Every string field holds UTF-8 text. The protobuf parser lets invalid UTF-8 through as
     ``bytes``; names, op types and locations must be text before anything compares or opens them."""
-    from google.protobuf.descriptor import FieldDescriptor
-
     stack: list[Any] = [proto]
     while stack:
         msg = stack.pop()
         for field, value in msg.ListFields():
-            if field.type == FieldDescriptor.TYPE_MESSAGE:
-                if field.message_type.GetOptions().map_entry:
-                    continue
-                stack.extend(value if _repeated(field) else [value])
-            elif field.type == FieldDescriptor.TYPE_STRING:
-                for text in (value if _repeated(field) else [value]):
+            kind = _FIELD_KINDS.get(field)
+            if kind is None:
+                kind = _FIELD_KINDS[field] = _field_kind(field)
+            if kind == "message":
+                stack.append(value)
+            elif kind == "messages":
+                stack.extend(value)
+            elif kind == "string":
+                if not isinstance(value, str):
+                    _not_text(where, field, value)
+            elif kind == "strings":
+                for text in value:
                     if not isinstance(text, str):
-                        raise InputError(f"{where}: {field.containing_type.name}.{field.name} holds "
-                                         f"{bytes(text)[:40]!r}, which is not UTF-8 text",
-                                         "the file is corrupt; re-export the model")
+                        _not_text(where, field, text)
+
+
+_FIELD_KINDS: dict[Any, str] = {}
+
+
+def _field_kind(field: Any) -> str:
+    from google.protobuf.descriptor import FieldDescriptor
+
+    many = _repeated(field)
+    if field.type == FieldDescriptor.TYPE_MESSAGE:
+        return "skip" if field.message_type.GetOptions().map_entry else ("messages" if many else "message")
+    if field.type == FieldDescriptor.TYPE_STRING:
+        return "strings" if many else "string"
+    return "skip"
+
+
+def _not_text(where: str, field: Any, value: Any) -> None:
+    raise InputError(f"{where}: {field.containing_type.name}.{field.name} holds {bytes(value)[:40]!r}, "
+                     "which is not UTF-8 text", "the file is corrupt; re-export the model")
 
 
 def _repeated(field: Any) -> bool:
@@ -404,54 +427,79 @@ def _check_node(node: onnx.NodeProto, imports: dict[str, int], where: str,
     domain = norm_domain(node.domain)
     if domain not in ("", ML_DOMAIN) or (node.domain, node.op_type) in local_fns:
         return
-    label = f"node {node.name or node.op_type!r} ({node.op_type})"
     version = imports.get(domain, FALLBACK_OPSET if domain == "" else None)
     if version is None:
-        raise InputError(f"{where}: {label} is in {domain}, which the model doesn't import",
+        raise InputError(f"{where}: {_label(node)} is in {domain}, which the model doesn't import",
                          "the model is broken; re-export it")
-    try:
-        schema = onnx.defs.get_schema(node.op_type, version, domain)
-    except onnx.defs.SchemaError:
-        raise InputError(f"{where}: {label} doesn't exist in {domain or 'ai.onnx'} opset {version}",
-                         "the model is broken or uses another opset; re-export it") from None
+    sig = _signature(node.op_type, version, domain)
+    if sig is None:
+        raise InputError(f"{where}: {_label(node)} doesn't exist in {domain or 'ai.onnx'} opset {version}",
+                         "the model is broken or uses another opset; re-export it")
     given = len(node.input)  # omitted optional inputs are "" and count: min_input includes them
-    if given > schema.max_input or given < schema.min_input:
-        raise InputError(f"{where}: {label} has {given} inputs; opset {version} takes "
-                         f"{_arity(schema.min_input, schema.max_input)}", "the model is broken; re-export it")
+    if not sig.min_input <= given <= sig.max_input:
+        raise InputError(f"{where}: {_label(node)} has {given} inputs; opset {version} takes "
+                         f"{_arity(sig.min_input, sig.max_input)}", "the model is broken; re-export it")
     outs = len(node.output)
-    if outs > schema.max_output or outs < schema.min_output:
-        raise InputError(f"{where}: {label} has {outs} outputs; opset {version} gives "
-                         f"{_arity(schema.min_output, schema.max_output)}", "the model is broken; re-export it")
-    _check_attributes(node, schema, label, where, in_function)
+    if not sig.min_output <= outs <= sig.max_output:
+        raise InputError(f"{where}: {_label(node)} has {outs} outputs; opset {version} gives "
+                         f"{_arity(sig.min_output, sig.max_output)}", "the model is broken; re-export it")
+    _check_attributes(node, sig, where, in_function)
+
+
+def _label(node: onnx.NodeProto) -> str:
+    return f"node {node.name or node.op_type!r} ({node.op_type})"
+
+
+@dataclass(frozen=True)
+class _Signature:
+    """What the node checks read of an op's schema (the pybind schema object is slow to ask)."""
+
+    min_input: int
+    max_input: int
+    min_output: int
+    max_output: int
+    attributes: dict[str, tuple[int, str, bool]]  # name -> (AttributeProto type, type name, required)
+
+
+@functools.lru_cache(maxsize=4096)
+def _signature(op: str, version: int, domain: str) -> _Signature | None:
+    try:
+        schema = onnx.defs.get_schema(op, version, domain)
+    except onnx.defs.SchemaError:
+        return None
+    attrs = {name: (int(a.type), a.type.name, bool(a.required)) for name, a in schema.attributes.items()}
+    return _Signature(schema.min_input, schema.max_input, schema.min_output, schema.max_output, attrs)
 
 
 def _arity(low: int, high: int) -> str:
     return str(low) if low == high else f"{low} to {high}" if high < 2**30 else f"at least {low}"
 
 
-def _check_attributes(node: onnx.NodeProto, schema: Any, label: str, where: str, in_function: bool) -> None:
+def _check_attributes(node: onnx.NodeProto, sig: _Signature, where: str, in_function: bool) -> None:
     seen: set[str] = set()
     for a in node.attribute:
-        spec = schema.attributes.get(a.name)
+        spec = sig.attributes.get(a.name)
         if spec is None:
-            raise InputError(f"{where}: {label} has an attribute {a.name!r} its schema doesn't define",
+            raise InputError(f"{where}: {_label(node)} has an attribute {a.name!r} its schema doesn't define",
                              "the model is broken; re-export it")
         if a.name in seen:
-            raise InputError(f"{where}: {label} sets attribute {a.name!r} twice", "the model is broken; re-export it")
+            raise InputError(f"{where}: {_label(node)} sets attribute {a.name!r} twice",
+                             "the model is broken; re-export it")
         seen.add(a.name)
         if in_function and a.ref_attr_name:
             continue  # bound to the caller's attribute when the function is called
-        if a.type != int(spec.type):
-            raise InputError(f"{where}: {label} has attribute {a.name!r} of type "
-                             f"{onnx.AttributeProto.AttributeType.Name(a.type) if a.type in onnx.AttributeProto.AttributeType.values() else a.type}"
-                             f", expected {spec.type.name}", "the model is broken; re-export it")
+        if a.type != spec[0]:
+            given = onnx.AttributeProto.AttributeType.Name(a.type) \
+                if a.type in onnx.AttributeProto.AttributeType.values() else str(a.type)
+            raise InputError(f"{where}: {_label(node)} has attribute {a.name!r} of type {given}, expected "
+                             f"{spec[1]}", "the model is broken; re-export it")
         field = _ATTR_FIELD.get(a.type)
         if field and not a.HasField(field):
-            raise InputError(f"{where}: {label} has attribute {a.name!r} without its value",
+            raise InputError(f"{where}: {_label(node)} has attribute {a.name!r} without its value",
                              "the model is broken; re-export it")
-    missing = [name for name, spec in schema.attributes.items() if spec.required and name not in seen]
+    missing = [name for name, spec in sig.attributes.items() if spec[2] and name not in seen]
     if missing:
-        raise InputError(f"{where}: {label} lacks the required attribute {missing[0]!r}",
+        raise InputError(f"{where}: {_label(node)} lacks the required attribute {missing[0]!r}",
                          "the model is broken; re-export it")
 
 

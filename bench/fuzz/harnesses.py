@@ -15,6 +15,7 @@ a link out of the folder, a linked folder, a hard link, a FIFO.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import io
 import os
@@ -327,13 +328,27 @@ HARNESSES: dict[str, Harness] = {h.name: h for h in (
 )}
 
 
+OUTCOMES: collections.Counter[str] = collections.Counter()
+
+
 def one_input(harness: Harness, data: bytes) -> str:
     """Run ``harness`` on ``data`` under the contract: returns "ok" or the typed error's kind;
-    raises on a finding."""
+    raises on a finding. Outcomes are tallied in OUTCOMES (a crash or a timeout the sandbox
+    turned into a typed error counts as "sandboxed")."""
     try:
         harness.run(data)
     except UnframeError as exc:
         if exc.exit_code == 1:
             raise
+        sandboxed = "in a child process" in exc.message or "its child process was stopped" in exc.message
+        OUTCOMES["sandboxed" if sandboxed else exc.kind] += 1
         return exc.kind
+    OUTCOMES["ok"] += 1
     return "ok"
+
+
+def stats() -> dict[str, Any]:
+    """Outcomes so far, and how often each sandbox child had to be started (crashes, timeouts)."""
+    from unframe import sandbox
+
+    return {"outcomes": dict(OUTCOMES), "child_starts": {n: b.starts for n, b in sandbox._children.items()}}

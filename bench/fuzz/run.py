@@ -73,7 +73,9 @@ class Collector:
 
 
 def _test_one(harness: Any, collector: Collector | None) -> Any:
-    from harnesses import one_input
+    from harnesses import one_input, stats
+
+    last = [time.monotonic()]
 
     def test_one_input(data: bytes) -> None:
         try:
@@ -82,6 +84,9 @@ def _test_one(harness: Any, collector: Collector | None) -> Any:
             if collector is None:
                 raise
             collector.record(exc, data)
+        if time.monotonic() - last[0] > 30:  # libFuzzer exits without Python's atexit: report as we go
+            last[0] = time.monotonic()
+            print("stats " + json.dumps(stats()), file=sys.stderr, flush=True)
 
     return test_one_input
 
@@ -171,10 +176,11 @@ def run_atheris(args: argparse.Namespace) -> dict[str, Any]:
     stats = {k: int(v) for k, v in re.findall(r"stat::(\w+):\s*(\d+)", text)}
     crash = re.findall(r"(?:Test unit written to|artifact_prefix.*?)(\S+/(?:crash|timeout|oom|leak)-\w+)", text)
     findings = sorted(set(re.findall(r"^finding (\S+):", text, re.M)))
+    seen = re.findall(r"^stats (\{.*\})$", text, re.M)
     return {"harness": args.harness, "engine": "atheris", "executions": stats.get("number_of_executed_units", 0),
             "exec_per_s": stats.get("average_exec_per_sec", 0), "peak_rss_mb": stats.get("peak_rss_mb", 0),
             "seconds": round(time.time() - started), "exit_code": code, "artifacts": crash,
-            "collected": findings, "log": str(log)}
+            "collected": findings, "stats": json.loads(seen[-1]) if seen else {}, "log": str(log)}
 
 
 # ----------------------------------------------------------------------------- plain -------
@@ -219,7 +225,13 @@ def run_plain(args: argparse.Namespace) -> dict[str, Any]:
     elapsed = max(time.time() - started, 1e-9)
     return {"harness": args.harness, "engine": "plain", "executions": runs, "exec_per_s": round(runs / elapsed, 1),
             "peak_rss_mb": _rss_mb(), "seconds": round(elapsed), "untyped": untyped,
-            "collected": sorted(collector.seen) if collector else []}
+            "collected": sorted(collector.seen) if collector else [], "stats": _stats()}
+
+
+def _stats() -> dict[str, Any]:
+    from harnesses import stats
+
+    return stats()
 
 
 def _rss_mb() -> int:

@@ -18,11 +18,10 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from unframe import sandbox
 from unframe.converters.backends.tensorrt import trtmodule
-from unframe.converters.backends.tensorrt.profiles import ProfileShape
 from unframe.errors import (
     Blocker,
     ConversionError,
@@ -32,7 +31,19 @@ from unframe.errors import (
     UsageError,
 )
 
+if TYPE_CHECKING:
+    from unframe.converters.backends.tensorrt.profiles import ProfileShape
+
 SANDBOX = "tensorrt"  # the child every TensorRT call of a conversion shares
+
+
+class Ranges(NamedTuple):
+    """One input's profile shapes as they cross to the child: plain tuples, so that the child
+    never imports onnx-ir (and with it sympy: seconds) to unpickle them."""
+
+    min: tuple[int, ...]
+    opt: tuple[int, ...]
+    max: tuple[int, ...]
 
 
 def parse_timeout(onnx_path: Path) -> float:
@@ -107,11 +118,12 @@ def parse_errors(parser: Any) -> list[Blocker]:
 
 def build(onnx_path: Path, profile: dict[str, ProfileShape], options: BuildOptions) -> BuildResult:
     """Parse ``onnx_path`` and build an engine, both in the conversion's TensorRT child."""
+    ranges = {name: Ranges(tuple(p.min), tuple(p.opt), tuple(p.max)) for name, p in profile.items()}
     sandbox.call(SANDBOX, parse_in_child, onnx_path, what=f"TensorRT's ONNX parser on {onnx_path.name}",
                  timeout=parse_timeout(onnx_path), preload=import_tensorrt, crash_error=InputError,
                  hint="the model holds something TensorRT's parser can't take; `unframe check --to "
                       "tensorrt` lists what the support table knows")
-    return sandbox.call(SANDBOX, build_in_child, profile, options, what="TensorRT's builder",
+    return sandbox.call(SANDBOX, build_in_child, ranges, options, what="TensorRT's builder",
                         crash_error=ConversionError,
                         hint="rerun with --debug and report the model; --json shows the builder's last output")
 
@@ -136,7 +148,7 @@ def parse_in_child(onnx_path: Path) -> None:
     _parsed.extend((trt, logger, builder, network, parser))
 
 
-def build_in_child(profile: dict[str, ProfileShape], options: BuildOptions) -> BuildResult:
+def build_in_child(profile: dict[str, Ranges], options: BuildOptions) -> BuildResult:
     """(In the child.) Build the network the last ``parse_in_child`` left."""
     if not _parsed:
         raise ConversionError("TensorRT's builder was asked to build before a parse",
@@ -151,7 +163,7 @@ def build_in_child(profile: dict[str, ProfileShape], options: BuildOptions) -> B
 
 
 def build_network(trt: ModuleType, builder: Any, network: Any, logger: Any,
-                  profile: dict[str, ProfileShape], options: BuildOptions) -> BuildResult:
+                  profile: dict[str, Ranges], options: BuildOptions) -> BuildResult:
     config = builder.create_builder_config()
     flags = _configure(trt, builder, config, profile, options)
     cache = _load_timing_cache(config, options.timing_cache)
@@ -165,6 +177,24 @@ def build_network(trt: ModuleType, builder: Any, network: Any, logger: Any,
         result.notes.append(f"timing cache {'updated' if cache else 'written'}: "
                             f"{options.timing_cache}")
     return result
+
+
+def verdict_in_child(path: Path) -> tuple[bool, dict[int, str], str] | None:
+    """(In the child.) ``supports_model_v2`` on the file at ``path``: (supported, failed nodes
+    by index with the parser's message, module name); None without TensorRT."""
+    trt = trtmodule.load_or_none()
+    if trt is None:
+        return None
+    logger = trtmodule.CollectingLogger(trt)
+    builder = trt.Builder(logger)
+    network = builder.create_network(trtmodule.strongly_typed_flags(trt))
+    parser = trt.OnnxParser(network, logger)
+    supported = bool(parser.supports_model_v2(path.read_bytes(), str(path)))
+    failed: dict[int, str] = {}
+    for i in range(parser.num_errors):
+        error = parser.get_error(i)
+        failed.setdefault(int(error.node()), " ".join(str(error.desc()).split()))
+    return supported and not failed, failed, trt.__name__
 
 
 def network_summary(network: Any) -> dict[str, Any]:
@@ -189,7 +219,7 @@ def _type_name(dtype: Any) -> str:
     return str(dtype).rsplit(".", 1)[-1]
 
 
-def _configure(trt: ModuleType, builder: Any, config: Any, profile: dict[str, ProfileShape],
+def _configure(trt: ModuleType, builder: Any, config: Any, profile: dict[str, Ranges],
                options: BuildOptions) -> dict[str, Any]:
     flags: dict[str, Any] = {}
     if options.workspace is not None:
@@ -249,7 +279,7 @@ def _save_timing_cache(config: Any, path: Path) -> None:
     os.replace(tmp, path)
 
 
-def _build_failure(logger: Any, builder: Any, profile: dict[str, ProfileShape]) -> ConversionError:
+def _build_failure(logger: Any, builder: Any, profile: dict[str, Ranges]) -> ConversionError:
     errors = list(logger.errors())
     recorder = getattr(builder, "error_recorder", None)
     if recorder is not None:
@@ -269,5 +299,5 @@ def _build_failure(logger: Any, builder: Any, profile: dict[str, ProfileShape]) 
         hints[cause], details={"builder_errors": errors[:20]})
 
 
-def _describe(profile: dict[str, ProfileShape]) -> str:
+def _describe(profile: dict[str, Ranges]) -> str:
     return "; ".join(f"{n}: {p.min}..{p.max}" for n, p in profile.items()) or "(static)"
