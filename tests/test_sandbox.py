@@ -76,3 +76,41 @@ def test_a_session_shares_one_child_and_closes_it():
         box = sandbox.shared("test-session")
         assert box.alive()
     assert not box.alive() and "test-session" not in sandbox._children
+
+
+def test_a_child_stuck_in_native_code_dies_with_its_parent(tmp_path):
+    """A parent killed outright (no atexit) takes its stuck child with it (PR_SET_PDEATHSIG)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("PR_SET_PDEATHSIG is Linux's")
+    script = tmp_path / "parent.py"
+    script.write_text(
+        "import sys, sandbox_targets\n"
+        "from unframe import sandbox\n"
+        "box = sandbox.Sandbox('stuck')\n"
+        "box.call(sandbox_targets.double, 1)\n"
+        "print(box.proc.pid, flush=True)\n"
+        "box.call(sandbox_targets.sleep, 600)\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, env=env)
+    child = int(parent.stdout.readline())
+    os.kill(parent.pid, signal.SIGKILL)
+    parent.wait()
+    for _ in range(100):
+        if not _running(child):
+            break
+        time.sleep(0.1)
+    assert not _running(child), "the child outlived its parent"
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"  # a zombie has exited
+    except FileNotFoundError:
+        return False

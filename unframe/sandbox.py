@@ -263,6 +263,7 @@ def _child_main() -> None:
     from multiprocessing.connection import Connection
 
     fd, memory = int(sys.argv[1]), int(sys.argv[2])
+    _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and stops us
     if memory:
         import resource
@@ -275,6 +276,23 @@ def _child_main() -> None:
         except (EOFError, OSError):
             return
         conn.send_bytes(_outcome(module, qualname, args, kwargs))
+
+
+def _die_with_parent() -> None:
+    """A child stuck in native code never reads the parent's EOF: have the kernel kill it when
+    the parent goes (Linux's PR_SET_PDEATHSIG), however the parent ends (a fuzzer's exit(), a
+    kill). Elsewhere, the parent's atexit handler and close() are all there is."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG = 1
+    except (OSError, AttributeError):
+        return
+    if os.getppid() == 1:  # the parent already went before prctl took effect
+        os._exit(0)
 
 
 def _outcome(module: str, qualname: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bytes:
