@@ -118,14 +118,6 @@ def test_hdf5_external_link_is_refused_in_the_child(tmp_path: Path):
         unframe.load(tmp_path / "m.h5", from_="tf")
 
 
-def test_tflite_garbage_is_a_typed_error(tmp_path: Path):
-    pytest.importorskip("tensorflow", reason="needs tensorflow (the 'tf' extra)")
-    path = tmp_path / "m.tflite"
-    path.write_bytes(b"TFL3" + np.random.default_rng(0).integers(0, 256, 2048, dtype=np.uint8).tobytes())
-    with pytest.raises(InputError, match="not a readable TFLite model"):
-        unframe.load(path, from_="tf")
-
-
 def test_foreign_core_ml_package_with_broken_weights(tmp_path: Path):
     """The weights of a package unframe wrote, truncated: the MIL evaluator says so (coremltools
     reads the blob in a child first)."""

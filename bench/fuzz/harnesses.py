@@ -105,6 +105,15 @@ def workspace() -> Workspace:
     return _WS[0]
 
 
+def end() -> None:
+    """Close the campaign's sandbox session and remove the workspace (tests call this; a
+    campaign just exits)."""
+    while _SESSION:
+        _SESSION.pop().__exit__(None, None, None)
+    while _WS:
+        _WS.pop().cleanup()
+
+
 @contextlib.contextmanager
 def unchanged(path: Path) -> Iterator[None]:
     before = path.read_bytes() if path.is_file() else None

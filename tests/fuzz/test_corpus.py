@@ -23,6 +23,12 @@ import harnesses  # noqa: E402
 CASES = sorted((p.parent.name, p) for p in CORPUS.glob("*/*") if p.is_file())
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _harness_session():
+    yield
+    harnesses.end()  # the harnesses share one sandbox session and folder: leave neither behind
+
+
 def test_corpus_names_a_harness_and_is_content_addressed():
     assert CASES, "the corpus is empty"
     for name, path in CASES:
