@@ -31,6 +31,51 @@ def _external_model(folder: Path, location: str) -> Path:
     return path
 
 
+def _external_pair(folder: Path, w_range: tuple[int, int], b_range: tuple[int, int]) -> Path:
+    """An MLP whose W and b both live in data.bin, at the given (offset, length) ranges."""
+    model = mlp_model()
+    for t, (offset, length) in zip(model.graph.initializer, (w_range, b_range), strict=True):
+        t.data_location = TensorProto.EXTERNAL
+        t.ClearField("raw_data")
+        t.ClearField("float_data")
+        for k, v in (("location", "data.bin"), ("offset", str(offset)), ("length", str(length))):
+            e = t.external_data.add()
+            e.key, e.value = k, v
+    (folder / "data.bin").write_bytes(bytes(128))
+    path = folder / "model.onnx"
+    onnx.save(model, path)
+    return path
+
+
+def _edit_external(path: Path, **entries: str) -> Path:
+    """Replace W's external-data entries (a key given twice: a list)."""
+    model = onnx.load(path, load_external_data=False)
+    w = next(t for t in model.graph.initializer if t.name == "W")
+    del w.external_data[:]
+    for k, v in entries.items():
+        for value in v if isinstance(v, list) else [v]:
+            e = w.external_data.add()
+            e.key, e.value = k, value
+    onnx.save(model, path)
+    return path
+
+
+def _sparse_external(folder: Path) -> Path:
+    model = mlp_model()
+    values = numpy_helper.from_array(np.array([1.0], np.float32), "S")
+    indices = numpy_helper.from_array(np.array([0], np.int64), "S_idx")
+    sparse = helper.make_sparse_tensor(values, indices, [4, 3])
+    sparse.values.data_location = TensorProto.EXTERNAL
+    sparse.values.ClearField("raw_data")
+    e = sparse.values.external_data.add()
+    e.key, e.value = "location", "w.bin"
+    model.graph.sparse_initializer.append(sparse)
+    (folder / "w.bin").write_bytes(bytes(64))
+    path = folder / "model.onnx"
+    onnx.save(model, path)
+    return path
+
+
 def _cycle(folder: Path) -> Path:
     nodes = [helper.make_node("Relu", ["b"], ["a"], name="n1"), helper.make_node("Relu", ["a"], ["b"], name="n2"),
              helper.make_node("Identity", ["a"], ["y"], name="n3")]
@@ -110,6 +155,45 @@ def _make(kind: str, folder: Path) -> Path:
         p = _external_model(sub, "w.bin")
     elif kind == "ext_missing":
         p = _external_model(folder, "missing.bin")
+    elif kind == "ext_parent_link":  # a folder on the way is a link out
+        outside = folder / "outside"
+        outside.mkdir()
+        (outside / "w.bin").write_bytes(bytes(48))
+        sub = folder / "m"
+        sub.mkdir()
+        os.symlink(outside, sub / "weights")
+        p = _external_model(sub, "weights/w.bin")
+    elif kind == "ext_inner_link":  # even a link that stays inside: it can change after the check
+        (folder / "real.bin").write_bytes(bytes(48))
+        os.symlink(folder / "real.bin", folder / "w.bin")
+        p = _external_model(folder, "w.bin")
+    elif kind == "ext_hardlink":
+        outside = folder / "outside"
+        outside.mkdir()
+        (outside / "secret.bin").write_bytes(bytes(48))
+        sub = folder / "m"
+        sub.mkdir()
+        os.link(outside / "secret.bin", sub / "w.bin")
+        p = _external_model(sub, "w.bin")
+    elif kind == "ext_fifo":  # reading it would block forever
+        os.mkfifo(folder / "w.bin")
+        p = _external_model(folder, "w.bin")
+    elif kind == "ext_bad_offset":
+        (folder / "w.bin").write_bytes(bytes(48))
+        p = _edit_external(_external_model(folder, "w.bin"), location="w.bin", offset="x", length="48")
+    elif kind == "ext_negative_offset":
+        (folder / "w.bin").write_bytes(bytes(64))
+        p = _edit_external(_external_model(folder, "w.bin"), location="w.bin", offset="-4", length="48")
+    elif kind == "ext_twice":
+        (folder / "w.bin").write_bytes(bytes(48))
+        p = _edit_external(_external_model(folder, "w.bin"), location=["w.bin", "other.bin"])
+    elif kind == "ext_nul":
+        (folder / "w.bin").write_bytes(bytes(48))
+        p = _edit_external(_external_model(folder, "w.bin"), location="w.bin\0.txt", length="48")
+    elif kind == "ext_overlap":
+        p = _external_pair(folder, (0, 48), (40, 12))
+    elif kind == "ext_sparse":
+        p = _sparse_external(folder)
     else:
         raise AssertionError(kind)
     return p
@@ -128,8 +212,18 @@ CASES = {
     "future_opset": (4, "newer than the installed onnx"),
     "ext_dotdot": (3, "outside the model's folder"),
     "ext_absolute": (3, "absolute path"),
-    "ext_symlink": (3, "resolves outside the model's folder"),
+    "ext_symlink": (3, "through a link: w.bin"),
     "ext_missing": (3, "missing"),
+    "ext_parent_link": (3, "through a link: weights"),
+    "ext_inner_link": (3, "through a link: w.bin"),
+    "ext_hardlink": (3, "has 2 hard links"),
+    "ext_fifo": (3, "which is not a regular file"),
+    "ext_bad_offset": (3, "with a bad offset 'x'"),
+    "ext_negative_offset": (3, "with a negative offset (-4)"),
+    "ext_twice": (3, "with two 'location' entries"),
+    "ext_nul": (3, "at a location unframe won't read"),
+    "ext_overlap": (3, "tensors 'W' and 'b' claim overlapping bytes of data.bin"),
+    "ext_sparse": (3, "keeps data in external data"),
 }
 
 

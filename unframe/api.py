@@ -17,7 +17,7 @@ from typing import Any
 
 import onnx_ir as ir
 
-from unframe import io
+from unframe import io, sandbox
 from unframe import pipeline as pl
 from unframe.converters.base import Artifact, ConvertOptions, InputSpec
 from unframe.errors import Blocker, InputError, UnframeError, UsageError
@@ -219,7 +219,13 @@ def convert(source: Any, *, from_: str | None = None, to: str | list[str] = "onn
 
 
 def run(route: Route, request: Request, observer: pl.Observer, multi: bool) -> Any:
-    """Run a planned route: the prefix once, then each target's branch on its own fork."""
+    """Run a planned route: the prefix once, then each target's branch on its own fork. Native
+    code sandboxed in child processes gets one child per library for the whole conversion."""
+    with sandbox.session(), pl.limited(request.settings):
+        return _run(route, request, observer, multi)
+
+
+def _run(route: Route, request: Request, observer: pl.Observer, multi: bool) -> Any:
     t0 = time.perf_counter()
     outcome = MultiResult(route)
     first_output = route.branches[0].output if route.branches else None
@@ -300,7 +306,8 @@ def check(source: Any, *, from_: str | None = None, to: str | list[str] = "onnx"
     fe = route.load.frontend
     fe.ensure_available()
     out = MultiCheck(route)
-    with pl.running(pl.Flow(settings, request.source, fe)) as flow:
+    with sandbox.session(), pl.limited(settings), \
+            pl.running(pl.Flow(settings, request.source, fe)) as flow:
         pl.run_stages(route.prefix, flow, pl.Observer())
         for branch in route.branches:
             out.results[branch.name] = _check_branch(route, branch, flow)
@@ -330,13 +337,14 @@ def convert_opset(model: Any, opset: int, *, output: str | os.PathLike[str] | No
                   validate: bool = True, force: bool = False, sample_inputs: Any = None,
                   atol: Any = None, rtol: Any = None, ml_opset: int | None = None,
                   strict_parity: bool = False, locate: bool | float = True,
-                  debug_dir: str | os.PathLike[str] | None = None) -> ConversionResult:
+                  debug_dir: str | os.PathLike[str] | None = None, **limits: Any) -> ConversionResult:
     """Move an ONNX model (path, ModelProto or onnx_ir.Model) to another opset, checked with
     onnxruntime against the original. ``ml_opset`` moves the ``ai.onnx.ml`` domain too. With
-    ``validate=False`` no parity inputs are drawn (models with sequence inputs convert)."""
+    ``validate=False`` no parity inputs are drawn (models with sequence inputs convert).
+    ``limits``: ``max_memory`` and ``parity_timeout`` (see ``unframe.limits``)."""
     return convert(model, from_="onnx", to="onnx", opset=opset, output=output, validate=validate,
                    force=force, sample_inputs=sample_inputs, atol=atol, rtol=rtol, ml_opset=ml_opset,
-                   strict_parity=strict_parity, locate=locate, debug_dir=debug_dir)
+                   strict_parity=strict_parity, locate=locate, debug_dir=debug_dir, **limits)
 
 
 def compare(a: str | os.PathLike[str], b: str | os.PathLike[str], *, sample_inputs: Any = None,

@@ -47,6 +47,11 @@ class UnframeError(Exception):
     def __str__(self) -> str:
         return f"{self.message} ({self.hint})" if self.hint else self.message
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickled whole (message, hint, blockers, report...): errors cross from a sandboxed child
+        # process (unframe.sandbox) back to the parent with every field.
+        return (_rebuild, (type(self), self.args, dict(self.__dict__)))
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "error": self.kind,
@@ -69,6 +74,14 @@ class InputError(UnframeError):
 
     exit_code = 3
     kind = "input"
+
+
+class ResourceLimitError(InputError):
+    """The input would need more than a limit allows before anything is allocated or run: tensor
+    bytes, parity inputs against ``--max-memory``, subgraph or function nesting, a Loop's trip
+    count, parity run time, an archive's size. Exit code 3, like any input unframe won't take."""
+
+    kind = "resource-limit"
 
 
 class UnsupportedError(UnframeError):
@@ -146,6 +159,13 @@ class RegistryError(UnframeError):
     kind = "registry"
 
 
+def _rebuild(cls: type[UnframeError], args: tuple[Any, ...], state: dict[str, Any]) -> UnframeError:
+    err = cls.__new__(cls)
+    Exception.__init__(err, *args)
+    err.__dict__.update(state)
+    return err
+
+
 EXIT_CODES: dict[int, str] = {
     0: "success",
     1: "internal error (a bug: please report it with --debug output)",
@@ -161,7 +181,8 @@ EXIT_CODES: dict[int, str] = {
 }
 
 __all__ = [
-    "Blocker", "UnframeError", "UsageError", "InputError", "UnsupportedError", "ParityError",
+    "Blocker", "UnframeError", "UsageError", "InputError", "ResourceLimitError", "UnsupportedError",
+    "ParityError",
     "TrustRequiredError", "OutputExistsError", "MissingExtraError", "ConversionError",
     "RegistryError", "EXIT_CODES"
 ]

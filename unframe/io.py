@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -25,6 +26,7 @@ from typing import Any
 import onnx
 import onnx_ir as ir
 
+from unframe import limits
 from unframe.errors import InputError, OutputExistsError, UnsupportedError, UsageError
 from unframe.opset import DEFAULT_DOMAINS, ML_DOMAIN, main_opset, newest_opset
 
@@ -53,7 +55,7 @@ def load_proto(path: Path) -> onnx.ModelProto:
     try:
         proto = onnx.load(os.fspath(path), load_external_data=False)
     except Exception as exc:
-        raise InputError(f"{path}: not a readable ONNX file ({_first_line(exc)})",
+        raise InputError(f"{path}: not a readable ONNX file ({first_line(exc)})",
                          "the file may be truncated or not ONNX; re-export it") from exc
     if not proto.HasField("graph") or (not proto.graph.node and not proto.graph.output):
         raise InputError(f"{path}: not an ONNX model (no graph found)",
@@ -65,18 +67,40 @@ def load_model(path: str | os.PathLike[str]) -> ir.Model:
     """Load an ONNX file as an ``onnx_ir.Model``; external tensors stay lazy (not read)."""
     path = Path(path)
     proto = load_proto(path)
-    check_external_data(proto, path)
-    check_graph(proto, str(path))
-    try:
-        model = ir.serde.deserialize_model(proto)
-    except Exception as exc:
-        raise InputError(f"{path}: the graph can't be read ({_first_line(exc)})",
-                         "re-export the model") from exc
+    check_model(proto, str(path), path)
+    model = deserialize(proto, str(path))
     ir.external_data.set_base_dir(model.graph, path.parent.resolve())
     return model
 
 
-def _first_line(exc: BaseException) -> str:
+def deserialize(proto: onnx.ModelProto, where: str) -> ir.Model:
+    """The checked proto as an ``onnx_ir.Model``, its graphs and functions topologically sorted
+    (ONNX files may list nodes in any order; every pass after this one expects producers first)."""
+    try:
+        model = ir.serde.deserialize_model(proto)
+        model.graph.sort()
+        for function in model.functions.values():
+            function.sort()
+    except Exception as exc:  # noqa: BLE001 - onnx-ir's refusal of a graph the checks let through
+        raise InputError(f"{where}: the graph can't be read ({first_line(exc)})", "re-export the model") from exc
+    return model
+
+
+def check_model(proto: onnx.ModelProto, where: str, path: Path | None = None) -> None:
+    """Every check a model gets before anything reads its weights or runs it: nesting depth
+    first (the walkers after it recurse), external data (``path``: the file the model came from;
+    an in-memory model may have none), every tensor's bytes against its dims, the graph."""
+    limits.check_nesting(proto, where)
+    check_text(proto, where)
+    if path is not None:
+        check_external_data(proto, path)
+    else:
+        _refuse_external(proto, where)
+    check_tensors(proto, where)
+    check_graph(proto, where)
+
+
+def first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return (text.splitlines()[0] if text else type(exc).__name__)[:300]
 
@@ -113,39 +137,212 @@ def external_files(proto: onnx.ModelProto) -> set[str]:
     return files
 
 
+def check_text(proto: onnx.ModelProto, where: str) -> None:
+    """Every string field holds UTF-8 text. The protobuf parser lets invalid UTF-8 through as
+    ``bytes``; names, op types and locations must be text before anything compares or opens them."""
+    stack: list[Any] = [proto]
+    while stack:
+        msg = stack.pop()
+        for field, value in msg.ListFields():
+            kind = _FIELD_KINDS.get(field)
+            if kind is None:
+                kind = _FIELD_KINDS[field] = _field_kind(field)
+            if kind == "message":
+                stack.append(value)
+            elif kind == "messages":
+                stack.extend(value)
+            elif kind == "string":
+                if not isinstance(value, str):
+                    _not_text(where, field, value)
+            elif kind == "strings":
+                for text in value:
+                    if not isinstance(text, str):
+                        _not_text(where, field, text)
+
+
+_FIELD_KINDS: dict[Any, str] = {}
+
+
+def _field_kind(field: Any) -> str:
+    from google.protobuf.descriptor import FieldDescriptor
+
+    many = _repeated(field)
+    if field.type == FieldDescriptor.TYPE_MESSAGE:
+        return "skip" if field.message_type.GetOptions().map_entry else ("messages" if many else "message")
+    if field.type == FieldDescriptor.TYPE_STRING:
+        return "strings" if many else "string"
+    return "skip"
+
+
+def _not_text(where: str, field: Any, value: Any) -> None:
+    raise InputError(f"{where}: {field.containing_type.name}.{field.name} holds {bytes(value)[:40]!r}, "
+                     "which is not UTF-8 text", "the file is corrupt; re-export the model")
+
+
+def _repeated(field: Any) -> bool:
+    repeated = getattr(field, "is_repeated", None)  # protobuf >= 6; older ones have label
+    return bool(repeated) if repeated is not None else field.label == field.LABEL_REPEATED
+
+
+def iter_sparse(proto: onnx.ModelProto) -> Iterator[onnx.SparseTensorProto]:
+    """Every SparseTensorProto: sparse initializers and sparse attributes, subgraphs included."""
+    graphs = [proto.graph]
+    nodes: list[onnx.NodeProto] = [n for f in proto.functions for n in f.node]
+    while graphs or nodes:
+        if graphs:
+            g = graphs.pop()
+            yield from g.sparse_initializer
+            nodes.extend(g.node)
+            continue
+        node = nodes.pop()
+        for a in node.attribute:
+            if a.HasField("sparse_tensor"):
+                yield a.sparse_tensor
+            yield from a.sparse_tensors
+            if a.HasField("g"):
+                graphs.append(a.g)
+            graphs.extend(a.graphs)
+
+
 def check_external_data(proto: onnx.ModelProto, path: Path) -> None:
-    """Refuse external-data locations outside the model's folder and missing data files."""
-    base = path.parent.resolve()
+    """Refuse external data that could read anything but the model's own data files: locations
+    outside the model's folder (absolute, ``..``, through a link anywhere on the way, a hard
+    link), files that aren't regular files, ranges past the end of a file or that don't match the
+    tensor's dims, two tensors claiming overlapping bytes, sparse tensors with external data."""
+    where = str(path)
+    try:
+        base = path.parent.resolve()
+    except OSError as exc:
+        raise InputError(f"{path}: the model's folder can't be resolved ({exc.strerror})", "check the path") from None
+    ranges: dict[Path, list[tuple[int, int, str]]] = {}
     for t in iter_tensors(proto):
         if t.data_location != onnx.TensorProto.EXTERNAL:
             continue
-        info = {e.key: e.value for e in t.external_data}
-        loc = info.get("location", "")
-        where = f"{path}: tensor {t.name!r} has external data"
-        if not loc:
-            raise InputError(f"{where} with no location", "re-export the model")
-        if os.path.isabs(loc) or Path(loc).is_absolute() or loc.startswith(("/", "\\")):
-            raise InputError(f"{where} at an absolute path ({loc})",
-                             "external data must be a relative path inside the model's folder")
-        if ".." in Path(loc).parts or ".." in loc.replace("\\", "/").split("/"):
-            raise InputError(f"{where} outside the model's folder ({loc})",
-                             "external data must be inside the model's folder; move it there")
-        target = (base / loc).resolve()
-        if base != target and base not in target.parents:
-            raise InputError(f"{where} that resolves outside the model's folder ({loc} -> {target})",
-                             "a link points out of the folder; copy the data file in instead")
-        if not target.is_file():
-            raise InputError(f"{where} in {loc}, which is missing",
-                             "copy the data file next to the model")
-        end = int(info.get("offset", 0) or 0) + int(info.get("length", 0) or 0)
-        if end > target.stat().st_size:
-            raise InputError(f"{where} past the end of {loc} (needs {end} bytes, file has "
-                             f"{target.stat().st_size})", "the data file is truncated; re-export it")
+        loc, target, offset, length, size = _external_file(t, path, base)
+        start, end = limits.check_external_length(t, where, offset, length, size, loc)
+        if end > start:
+            ranges.setdefault(target, []).append((start, end, t.name))
+    for sparse in iter_sparse(proto):
+        for part in (sparse.values, sparse.indices):
+            if part.data_location == onnx.TensorProto.EXTERNAL:
+                raise InputError(f"{path}: sparse tensor {sparse.values.name!r} keeps data in external "
+                                 "data", "sparse tensors must be stored inline; re-export the model")
+    _check_overlaps(ranges, path)
+
+
+def _refuse_external(proto: onnx.ModelProto, where: str) -> None:
+    """An in-memory model has no folder its external data could be checked against."""
+    for t in iter_tensors(proto):
+        if t.data_location == onnx.TensorProto.EXTERNAL:
+            raise InputError(f"{where}: tensor {t.name!r} has external data, but the model was given "
+                             "without its file", "pass the model's path, so its data is read from its folder")
+    for sparse in iter_sparse(proto):
+        if onnx.TensorProto.EXTERNAL in (sparse.values.data_location, sparse.indices.data_location):
+            raise InputError(f"{where}: sparse tensor {sparse.values.name!r} keeps data in external data",
+                             "sparse tensors must be stored inline; re-export the model")
+
+
+def _external_file(t: onnx.TensorProto, path: Path, base: Path) -> tuple[str, Path, int, int | None, int]:
+    """(location, file, offset, length or None, file size) of one external tensor, refusing
+    any location that could lead out of the folder or to something other than a data file."""
+    where = f"{path}: tensor {t.name!r} has external data"
+    info: dict[str, str] = {}
+    for e in t.external_data:
+        if e.key in info:
+            raise InputError(f"{where} with two {e.key!r} entries", "re-export the model")
+        info[e.key] = e.value
+    loc = info.get("location", "")
+    if not loc:
+        raise InputError(f"{where} with no location", "re-export the model")
+    if "\0" in loc:
+        raise InputError(f"{where} at a location unframe won't read ({loc!r})",
+                         "external data must be a plain relative path inside the model's folder")
+    if os.path.isabs(loc) or Path(loc).is_absolute() or loc.startswith(("/", "\\")):
+        raise InputError(f"{where} at an absolute path ({loc})",
+                         "external data must be a relative path inside the model's folder")
+    parts = Path(loc).parts
+    if ".." in parts or ".." in loc.replace("\\", "/").split("/"):
+        raise InputError(f"{where} outside the model's folder ({loc})",
+                         "external data must be inside the model's folder; move it there")
+    target = _walk_without_links(base, parts, where, loc)
+    offset = _nonnegative(info.get("offset"), "offset", where)
+    length = _nonnegative(info.get("length"), "length", where) if info.get("length") not in (None, "") else None
+    return loc, target, offset or 0, length, target.stat().st_size
+
+
+def _walk_without_links(base: Path, parts: tuple[str, ...], where: str, loc: str) -> Path:
+    """``base / parts``, refusing a symbolic link at any step (a parent folder included), a file
+    with other hard links (one may live outside the folder) and anything but a regular file."""
+    import stat
+
+    current = base
+    for i, part in enumerate(parts):
+        current = current / part
+        try:
+            st = current.lstat()
+        except FileNotFoundError:
+            raise InputError(f"{where} in {loc}, which is missing", "copy the data file next to the model") from None
+        except OSError as exc:
+            raise InputError(f"{where} in {loc}, which can't be read ({exc.strerror})",
+                             "check the data file") from None
+        if stat.S_ISLNK(st.st_mode):
+            raise InputError(f"{where} through a link: {'/'.join(parts[: i + 1])}",
+                             "links can lead out of the model's folder; copy the data file in instead")
+    if not stat.S_ISREG(st.st_mode):
+        raise InputError(f"{where} in {loc}, which is not a regular file", "external data must be a data file")
+    if st.st_nlink > 1:
+        raise InputError(f"{where} in {loc}, which has {st.st_nlink} hard links",
+                         "a hard link can expose a file from outside the folder; copy the data file in instead")
+    resolved = current.resolve()
+    if base != resolved and base not in resolved.parents:  # belt and braces after the walk
+        raise InputError(f"{where} that resolves outside the model's folder ({loc} -> {resolved})",
+                         "a link points out of the folder; copy the data file in instead")
+    return current
+
+
+def _nonnegative(text: str | None, key: str, where: str) -> int:
+    if text in (None, ""):
+        return 0
+    try:
+        value = int(str(text).strip())
+    except ValueError:
+        raise InputError(f"{where} with a bad {key} {text!r}", "re-export the model") from None
+    if value < 0:
+        raise InputError(f"{where} with a negative {key} ({value})", "re-export the model")
+    return value
+
+
+def _check_overlaps(ranges: dict[Path, list[tuple[int, int, str]]], path: Path) -> None:
+    """Two tensors reading the same bytes: a crafted file could make one small data file feed
+    any number of tensors (each a full copy in memory)."""
+    for target, spans in ranges.items():
+        spans.sort()
+        reach, owner = -1, ""
+        for start, end, name in spans:
+            if start < reach:
+                raise InputError(f"{path}: tensors {owner!r} and {name!r} claim overlapping bytes of "
+                                 f"{target.name}", "each tensor needs its own range; re-export the model")
+            if end > reach:
+                reach, owner = end, name
+
+
+def check_tensors(proto: onnx.ModelProto, where: str) -> None:
+    """Every inline tensor's data matches its dims x dtype, sparse tensors included (external
+    ones are checked with their files)."""
+    for t in iter_tensors(proto):
+        if t.data_location != onnx.TensorProto.EXTERNAL:
+            limits.check_inline_tensor(t, where)
+    for sparse in iter_sparse(proto):
+        limits.check_sparse(sparse, where)
 
 
 # ------------------------------------------------------------------------- graph checks -----
 def check_graph(proto: onnx.ModelProto, where: str) -> None:
     """Structural checks with one-line errors: opsets, domains, undefined inputs, cycles."""
+    for o in [*proto.opset_import, *(o for f in proto.functions for o in f.opset_import)]:
+        if not 0 < o.version < 1 << 31:
+            raise InputError(f"{where}: imports opset {o.version} of {o.domain or 'ai.onnx'}, which no "
+                             "version of ONNX has", "the model is broken; re-export it")
     newest = newest_opset()
     opset = main_opset(proto)
     if opset is not None and opset > newest:
@@ -162,7 +359,31 @@ def check_graph(proto: onnx.ModelProto, where: str) -> None:
     if unknown:
         raise UnsupportedError(f"{where}: unknown op domain in {', '.join(unknown[:5])}",
                                "only ai.onnx, ai.onnx.ml and model-local functions are supported")
-    _check_dataflow(proto.graph, where, set())
+    if proto.graph.sparse_initializer:
+        names = ", ".join(repr(t.values.name) for t in proto.graph.sparse_initializer[:3])
+        raise UnsupportedError(f"{where}: sparse initializers ({names}) are not supported",
+                               "store them dense (onnx.numpy_helper) and re-export")
+    _check_inputs(proto.graph, where)
+    _check_schemas(proto, where, local_fns)
+    _check_dataflow(proto, where)
+
+
+def _check_inputs(graph: onnx.GraphProto, where: str) -> None:
+    """Graph inputs have a type a runtime knows and no negative dimension: parity inputs are made
+    from them."""
+    known = set(onnx.TensorProto.DataType.values()) - {onnx.TensorProto.UNDEFINED}
+    for v in graph.input:
+        which = v.type.WhichOneof("value")
+        if which is None:
+            raise InputError(f"{where}: input {v.name!r} has no type", "the model is broken; re-export it")
+        if which != "tensor_type":
+            continue
+        t = v.type.tensor_type
+        if t.elem_type not in known:
+            raise InputError(f"{where}: input {v.name!r} has element type {t.elem_type}, which ONNX doesn't define",
+                             "the model is broken; re-export it")
+        if any(d.HasField("dim_value") and d.dim_value < 0 for d in t.shape.dim):
+            raise InputError(f"{where}: input {v.name!r} has a negative dimension", "the model is broken; re-export it")
 
 
 def _all_nodes(g: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
@@ -175,47 +396,184 @@ def _all_nodes(g: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
                 yield from _all_nodes(sub)
 
 
-def _check_dataflow(g: onnx.GraphProto, where: str, outer: set[str]) -> None:
-    """Every node input is produced somewhere; the graph has no cycle (unsorted is fine)."""
-    available = set(outer) | {i.name for i in g.input} | {t.name for t in g.initializer}
-    available |= {t.values.name for t in g.sparse_initializer}
+# AttributeProto fields that must be set for each attribute type
+_ATTR_FIELD = {onnx.AttributeProto.GRAPH: "g", onnx.AttributeProto.TENSOR: "t",
+               onnx.AttributeProto.SPARSE_TENSOR: "sparse_tensor", onnx.AttributeProto.TYPE_PROTO: "tp"}
+
+
+def _check_schemas(proto: onnx.ModelProto, where: str, local_fns: set[tuple[str, str]]) -> None:
+    """Every ai.onnx / ai.onnx.ml node exists at the opset the model imports and matches its
+    schema: input and output counts, attribute names, types and required attributes. What
+    reads a node after loading (passes, translators, runtimes) relies on this."""
+    imports = _imports(proto.opset_import)
+    for node in _all_nodes(proto.graph):
+        _check_node(node, imports, where, local_fns)
+    for f in proto.functions:
+        f_imports = _imports(f.opset_import)
+        for node in f.node:
+            _check_node(node, f_imports, where, local_fns, in_function=True)
+
+
+def _imports(opset_import: Any) -> dict[str, int]:
+    from unframe.opset import norm_domain
+
+    return {norm_domain(o.domain): o.version for o in opset_import}
+
+
+def _check_node(node: onnx.NodeProto, imports: dict[str, int], where: str,
+                local_fns: set[tuple[str, str]], in_function: bool = False) -> None:
+    from unframe.opset import FALLBACK_OPSET, norm_domain
+
+    domain = norm_domain(node.domain)
+    if domain not in ("", ML_DOMAIN) or (node.domain, node.op_type) in local_fns:
+        return
+    version = imports.get(domain, FALLBACK_OPSET if domain == "" else None)
+    if version is None:
+        raise InputError(f"{where}: {_label(node)} is in {domain}, which the model doesn't import",
+                         "the model is broken; re-export it")
+    sig = _signature(node.op_type, version, domain)
+    if sig is None:
+        raise InputError(f"{where}: {_label(node)} doesn't exist in {domain or 'ai.onnx'} opset {version}",
+                         "the model is broken or uses another opset; re-export it")
+    given = len(node.input)  # omitted optional inputs are "" and count: min_input includes them
+    if not sig.min_input <= given <= sig.max_input:
+        raise InputError(f"{where}: {_label(node)} has {given} inputs; opset {version} takes "
+                         f"{_arity(sig.min_input, sig.max_input)}", "the model is broken; re-export it")
+    outs = len(node.output)
+    if not sig.min_output <= outs <= sig.max_output:
+        raise InputError(f"{where}: {_label(node)} has {outs} outputs; opset {version} gives "
+                         f"{_arity(sig.min_output, sig.max_output)}", "the model is broken; re-export it")
+    _check_attributes(node, sig, where, in_function)
+
+
+def _label(node: onnx.NodeProto) -> str:
+    return f"node {node.name or node.op_type!r} ({node.op_type})"
+
+
+@dataclass(frozen=True)
+class _Signature:
+    """What the node checks read of an op's schema (the pybind schema object is slow to ask)."""
+
+    min_input: int
+    max_input: int
+    min_output: int
+    max_output: int
+    attributes: dict[str, tuple[int, str, bool]]  # name -> (AttributeProto type, type name, required)
+
+
+@functools.lru_cache(maxsize=4096)
+def _signature(op: str, version: int, domain: str) -> _Signature | None:
+    try:
+        schema = onnx.defs.get_schema(op, version, domain)
+    except onnx.defs.SchemaError:
+        return None
+    attrs = {name: (int(a.type), a.type.name, bool(a.required)) for name, a in schema.attributes.items()}
+    return _Signature(schema.min_input, schema.max_input, schema.min_output, schema.max_output, attrs)
+
+
+def _arity(low: int, high: int) -> str:
+    return str(low) if low == high else f"{low} to {high}" if high < 2**30 else f"at least {low}"
+
+
+def _check_attributes(node: onnx.NodeProto, sig: _Signature, where: str, in_function: bool) -> None:
+    seen: set[str] = set()
+    for a in node.attribute:
+        spec = sig.attributes.get(a.name)
+        if spec is None:
+            raise InputError(f"{where}: {_label(node)} has an attribute {a.name!r} its schema doesn't define",
+                             "the model is broken; re-export it")
+        if a.name in seen:
+            raise InputError(f"{where}: {_label(node)} sets attribute {a.name!r} twice",
+                             "the model is broken; re-export it")
+        seen.add(a.name)
+        if in_function and a.ref_attr_name:
+            continue  # bound to the caller's attribute when the function is called
+        if a.type != spec[0]:
+            given = onnx.AttributeProto.AttributeType.Name(a.type) \
+                if a.type in onnx.AttributeProto.AttributeType.values() else str(a.type)
+            raise InputError(f"{where}: {_label(node)} has attribute {a.name!r} of type {given}, expected "
+                             f"{spec[1]}", "the model is broken; re-export it")
+        field = _ATTR_FIELD.get(a.type)
+        if field and not a.HasField(field):
+            raise InputError(f"{where}: {_label(node)} has attribute {a.name!r} without its value",
+                             "the model is broken; re-export it")
+    missing = [name for name, spec in sig.attributes.items() if spec[2] and name not in seen]
+    if missing:
+        raise InputError(f"{where}: {_label(node)} lacks the required attribute {missing[0]!r}",
+                         "the model is broken; re-export it")
+
+
+def _check_dataflow(proto: onnx.ModelProto, where: str) -> None:
+    """Every node input and every output is produced somewhere, once; no graph or function body
+    has a cycle (unsorted is fine). Subgraphs see their outer scope; function bodies only their
+    inputs."""
+    stack: list[tuple[Any, set[str], frozenset[str], list[str]]] = []
+    g = proto.graph
+    local = {i.name for i in g.input} | {t.name for t in g.initializer}
+    stack.append((g.node, local | {t.values.name for t in g.sparse_initializer}, frozenset(),
+                  [o.name for o in g.output]))
+    for f in proto.functions:
+        stack.append((f.node, set(f.input), frozenset(), list(f.output)))
+    while stack:  # explicit: subgraph depth is bounded by check_nesting, but stay iterative
+        nodes, local, scope, outputs = stack.pop()
+        available = set(scope) | local
+        producers = _producers(nodes, where, local)
+        for node in nodes:
+            for name in node.input:
+                if name and name not in available and name not in producers:
+                    label = node.name or node.op_type
+                    raise InputError(f"{where}: node {label!r} ({node.op_type}) reads {name!r}, "
+                                     "which nothing produces", "the graph is broken; re-export the model")
+        for name in outputs:
+            if not name or (name not in available and name not in producers):
+                raise InputError(f"{where}: output {name!r} is not produced by any node, input or initializer",
+                                 "the graph is broken; re-export the model")
+        if not _acyclic(nodes, producers, available):
+            raise InputError(f"{where}: the graph has a cycle", "the graph is broken; re-export the model")
+        inner = frozenset(available | set(producers))
+        for node in nodes:
+            for a in node.attribute:
+                for sub in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                    sub_local = {i.name for i in sub.input} | {t.name for t in sub.initializer}
+                    stack.append((sub.node, sub_local | {t.values.name for t in sub.sparse_initializer}, inner,
+                                  [o.name for o in sub.output]))
+
+
+def _producers(nodes: Any, where: str, defined: set[str]) -> dict[str, int]:
+    """Which node writes each value; a second writer (or a node writing over one of the graph's
+    inputs or initializers) is a broken graph that every runtime would read differently."""
     producers: dict[str, int] = {}
-    for idx, node in enumerate(g.node):
+    for idx, node in enumerate(nodes):
         for o in node.output:
-            if o:
-                producers[o] = idx
-    for node in g.node:
-        for name in node.input:
-            if name and name not in available and name not in producers:
+            if not o:
+                continue
+            if o in producers or o in defined:
                 label = node.name or node.op_type
-                raise InputError(f"{where}: node {label!r} ({node.op_type}) reads {name!r}, "
-                                 "which nothing produces", "the graph is broken; re-export the model")
-    order = _topological_order(g.node, producers, available)
-    if order is None:
-        raise InputError(f"{where}: the graph has a cycle", "the graph is broken; re-export the model")
-    for node in g.node:  # subgraphs see everything of the outer scope
-        for a in node.attribute:
-            subs = ([a.g] if a.HasField("g") else []) + list(a.graphs)
-            for sub in subs:
-                _check_dataflow(sub, where, available | set(producers))
+                raise InputError(f"{where}: node {label!r} ({node.op_type}) writes {o!r}, which is "
+                                 "already defined", "each value must have one producer; re-export the model")
+            producers[o] = idx
+    return producers
 
 
-def _topological_order(nodes: Any, producers: dict[str, int], available: set[str]) -> list[int] | None:
-    deps: list[set[int]] = []
-    for node in nodes:
-        deps.append({producers[i] for i in node.input if i and i in producers and i not in available})
-    done: set[int] = set()
-    order: list[int] = []
-    remaining = set(range(len(deps)))
-    while remaining:
-        ready = [i for i in remaining if deps[i] <= done]
-        if not ready:
-            return None
-        for i in sorted(ready):
-            done.add(i)
-            order.append(i)
-            remaining.discard(i)
-    return order
+def _acyclic(nodes: Any, producers: dict[str, int], available: set[str]) -> bool:
+    """Kahn's algorithm: linear in nodes and edges, so a hostile graph can't make it quadratic."""
+    users: list[list[int]] = [[] for _ in range(len(nodes))]
+    pending = [0] * len(nodes)
+    for idx, node in enumerate(nodes):
+        deps = {producers[i] for i in node.input if i and i in producers and i not in available}
+        pending[idx] = len(deps)
+        for d in deps:
+            users[d].append(idx)
+    ready = [i for i, n in enumerate(pending) if n == 0]
+    done = 0
+    while ready:
+        i = ready.pop()
+        done += 1
+        for u in users[i]:
+            pending[u] -= 1
+            if pending[u] == 0:
+                ready.append(u)
+    return done == len(nodes)
 
 
 # ---------------------------------------------------------------------------------- saving --

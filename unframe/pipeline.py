@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from unframe import io
+from unframe import io, limits
 from unframe.converters.base import (
     Artifact,
     Backend,
@@ -39,7 +39,7 @@ from unframe.converters.base import (
     Target,
 )
 from unframe.distributions import dist_version
-from unframe.errors import ParityError, UnsupportedError
+from unframe.errors import ConversionError, InputError, ParityError, UnframeError, UnsupportedError
 from unframe.opset import main_opset
 from unframe.validate.compare import ParityReport, StageParity, compare
 from unframe.validate.runner import Runner
@@ -74,15 +74,23 @@ class Settings:
 class Deferred(Runner):
     """A runner built on first use. The source framework's runner names its outputs after the
     exported graph, so it can only be built after the export; ``pin()`` builds it early, before
-    a stage changes the model it would run."""
+    a stage changes the model it would run.
 
-    def __init__(self, factory: Callable[[], Runner]) -> None:
+    ``what`` names the model it runs and ``failure`` the error a runtime's refusal becomes: the
+    source model failing in its own framework is bad input (``InputError``); a graph unframe or
+    an exporter produced failing is a tool failure (``ConversionError``)."""
+
+    def __init__(self, factory: Callable[[], Runner], what: str = "the converted model",
+                 failure: type[UnframeError] = ConversionError) -> None:
         self._factory = factory
         self._runner: Runner | None = None
+        self.what = what
+        self.failure = failure
 
     def pin(self) -> Runner:
         if self._runner is None:
-            self._runner = self._factory()
+            with self._typed("load"):
+                self._runner = self._factory()
         return self._runner
 
     @property
@@ -96,7 +104,23 @@ class Deferred(Runner):
         return self.pin().output_names()
 
     def run(self, feeds: Any) -> dict[str, Any]:
-        return self.pin().run(feeds)
+        runner = self.pin()
+        with self._typed("run", runner.name):
+            return runner.run(feeds)
+
+    @contextmanager
+    def _typed(self, verb: str, runner: str = "its runner") -> Iterator[None]:
+        try:
+            yield
+        except (UnframeError, KeyboardInterrupt):
+            raise
+        except Exception as exc:  # a runtime refusing the model: say which model, which runtime
+            hint = ("the model is invalid for its runtime; pass --sample-inputs that fit it, or "
+                    "--no-validate to convert without running it") if self.failure is InputError else \
+                   ("report it with --debug output; --no-validate converts without running it")
+            raise self.failure(f"{self.what} can't be {'run' if verb == 'run' else 'loaded'} by "
+                               f"{runner} for parity: {type(exc).__name__}: {io.first_line(exc)}",
+                               hint) from exc
 
 
 @dataclass
@@ -107,10 +131,10 @@ class Unavailable:
     reason: str
 
 
-def onnx_runner_of(model: ir.Model) -> Deferred:
+def onnx_runner_of(model: ir.Model, what: str = "the converted model") -> Deferred:
     from unframe.validate.onnxruntime import onnx_runner
 
-    return Deferred(lambda: onnx_runner(model))
+    return Deferred(lambda: onnx_runner(model), what)
 
 
 # ------------------------------------------------------------------------ the flow -----------
@@ -161,6 +185,8 @@ class Flow:
         if self._feeds is None:
             from unframe.validate.inputs import as_feed_list, generate_feeds
 
+            if self.model is not None:  # before any runtime loads it: weights, endless Loops
+                limits.check_runnable(self.model, source_text(self.source))
             if self.export is not None and self.export.feeds:
                 self._feeds = self.export.feeds
             elif self.settings.spec.samples is not None:
@@ -277,7 +303,8 @@ class LoadStage(Stage):
             flow.opset_path = [o for o in [main_opset(flow.model)] if o]
         if flow.validate:
             native = flow.native
-            flow.reference = Deferred(lambda: fe.runner(native, flow.export))
+            flow.reference = Deferred(lambda: fe.runner(native, flow.export), "the source model",
+                                      InputError)
 
 
 class ExportStage(Stage):
@@ -296,7 +323,7 @@ class ExportStage(Stage):
         flow.opset_path = [o for o in [main_opset(flow.model)] if o]
         flow.notes.extend(flow.export.notes)
         if flow.validate:
-            flow.candidate = onnx_runner_of(flow.model)
+            flow.candidate = onnx_runner_of(flow.model, "the exported ONNX graph")
 
     def locate_plan(self, flow: Flow, tolerance: float) -> Any:
         from unframe.locate import LocatePlan
@@ -558,8 +585,19 @@ class ParityStage(Stage):
     def _compare(self, flow: Flow, ref: Runner, candidate: Runner, feeds: list[dict[str, Any]]
                  ) -> StageParity:
         s = flow.settings
-        return compare(ref, candidate, feeds, s.atol, s.rtol, stage=self.checks.kind,
-                       **self.checks.compare_options(flow))
+        seconds = limits.parse_seconds(s.options["parity_timeout"]) if s.options.get("parity_timeout") \
+            else limits.DEFAULT_PARITY_SECONDS
+        with limits.time_limit(seconds, f"the {self.checks.kind} parity check ({self.tool})"):
+            try:
+                return compare(ref, candidate, feeds, s.atol, s.rtol, stage=self.checks.kind,
+                               **self.checks.compare_options(flow))
+            except (UnframeError, KeyboardInterrupt):
+                raise
+            except Exception as exc:  # a backend's runner (not Deferred) refusing its artifact
+                raise ConversionError(f"the {self.checks.kind} stage's artifact can't be run for parity "
+                                      f"({type(exc).__name__}: {io.first_line(exc)})",
+                                      "report it with --debug output; --no-validate converts "
+                                      "without running it") from exc
 
     def _redraw(self, flow: Flow, ref: Runner, candidate: Runner, weak: StageParity) -> StageParity:
         """The reference proved nothing on these feeds: try feeds that exercise the model (once
@@ -735,10 +773,24 @@ def running(flow: Flow) -> Iterator[Flow]:
         flow.release()
 
 
+@contextmanager
+def limited(settings: Settings) -> Iterator[None]:
+    """The memory budget of a whole route (``--max-memory``), around everything that allocates
+    from a model's numbers: stages, and the feeds drawn between them."""
+    budget = settings.options.get("max_memory")
+    with limits.memory_budget(limits.parse_size(budget) if budget is not None else None):
+        yield
+
+
 def run_stages(stages: list[Stage], flow: Flow, observer: Observer) -> None:
-    for stage in stages:
-        started = time.perf_counter()
-        with observer.stage(stage):
-            stage.run(flow)
-        key = stage.kind if stage.kind != "parity" else f"parity:{stage.checks.kind}"
-        flow.timings[key] = flow.timings.get(key, 0.0) + time.perf_counter() - started
+    with limited(flow.settings):
+        for stage in stages:
+            _run_stage(stage, flow, observer)
+
+
+def _run_stage(stage: Stage, flow: Flow, observer: Observer) -> None:
+    started = time.perf_counter()
+    with observer.stage(stage):
+        stage.run(flow)
+    key = stage.kind if stage.kind != "parity" else f"parity:{stage.checks.kind}"
+    flow.timings[key] = flow.timings.get(key, 0.0) + time.perf_counter() - started

@@ -250,7 +250,8 @@ class Route:
 
 
 # ----------------------------------------------------------------------------- planning -----
-GENERIC_OPTIONS = ("sample_shapes", "ml_to_tensor", "tree_strategy")
+GENERIC_OPTIONS = ("sample_shapes", "ml_to_tensor", "tree_strategy", "max_memory",
+                   "parity_timeout")  # read by the pipeline itself
 
 
 def plan(request: Request) -> Route:

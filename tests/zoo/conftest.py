@@ -102,14 +102,17 @@ def tree_digest(root: Path) -> dict[str, str]:
 
 
 def slow_loop_op11(path: Path) -> None:
-    """A Loop of a billion iterations: it hangs any runner, so only a timeout or a kill ends it."""
+    """A Loop of a billion iterations: it hangs any runner, so only a timeout or a kill ends it.
+    Its condition (not i < 0) is computed, so unframe's static check of endless constant Loops
+    can't see that it never ends: only running it can."""
     body = helper.make_graph(
-        [helper.make_node("Identity", ["cond_in"], ["cond_out"]), helper.make_node("Add", ["acc_in", "one"], ["acc_out"])],
+        [helper.make_node("Less", ["i", "zero"], ["negative"]), helper.make_node("Not", ["negative"], ["cond_out"]),
+         helper.make_node("Add", ["acc_in", "one"], ["acc_out"])],
         "body",
         [helper.make_tensor_value_info("i", TensorProto.INT64, []),
          helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []), _vi("acc_in", ["N", 2])],
         [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []), _vi("acc_out", ["N", 2])],
-        [numpy_helper.from_array(np.ones(2, np.float32), "one")])
+        [numpy_helper.from_array(np.ones(2, np.float32), "one"), numpy_helper.from_array(np.array(0, np.int64), "zero")])
     inits = [numpy_helper.from_array(np.array(1_000_000_000, np.int64), "trips"),
              numpy_helper.from_array(np.array(True), "cond")]
     _save(path, [helper.make_node("Loop", ["trips", "cond", "x"], ["y"], body=body)], [_vi("x", ["N", 2])],

@@ -101,8 +101,13 @@ def _decode(value: Any) -> Any:
 
 
 def _parity(prov: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The parity summary, if it has the shape unframe writes (metadata is the file's, so its
+    author's: anything else is shown as plain provenance text, not as a table)."""
     parity = prov.get("parity")
-    return parity if isinstance(parity, dict) else None
+    if not isinstance(parity, dict):
+        return None
+    stages = parity.get("stages", [])
+    return parity if isinstance(stages, list) and all(isinstance(s, dict) for s in stages) else None
 
 
 # ------------------------------------------------------------------------------------- onnx --
@@ -164,16 +169,27 @@ def _describe_coreml(path: Path, kind: str) -> dict[str, Any]:
                          "pass the package folder (a .mlmodel file is inspected as .mlmodel)")
     if kind == "mlmodel":
         io.check_readable_file(path, "CoreML model")
+    else:
+        from unframe import archives
+
+        archives.check_folder(path, "Core ML package")  # links out, hard links, special files
+    from unframe import sandbox
+    from unframe.converters.backends.coreml.mil_eval.runner import SANDBOX, preload_coremltools, read_timeout
+
+    # coremltools' package reader is native code a foreign package can crash: the whole reading
+    # happens in a child process, which hands back the description (this process never imports
+    # coremltools for inspect)
+    return sandbox.call(SANDBOX, describe_coreml_in_child, path, kind, what=f"coremltools on {path.name}",
+                        timeout=read_timeout(path), preload=preload_coremltools,
+                        hint="the package is malformed; convert it again")
+
+
+def describe_coreml_in_child(path: Path, kind: str) -> dict[str, Any]:
+    """(In the child.) The description of a Core ML model or package, from its spec."""
     from unframe.converters.backends.coreml.mil_eval._ct import import_coremltools
 
     ct = import_coremltools()
-    try:
-        spec = ct.utils.load_spec(str(path))
-    except Exception as exc:
-        text = str(exc).strip()
-        raise InputError(f"{path}: not a readable CoreML {kind} "
-                         f"({(text.splitlines()[0] if text else type(exc).__name__)[:300]})",
-                         "the package may be incomplete or not CoreML; convert it again") from exc
+    spec = _load_spec(ct, path, kind)
     description = spec.description
     inputs, outputs = description.input, description.output
     functions = [f.name for f in description.functions]
@@ -223,6 +239,19 @@ def _describe_coreml(path: Path, kind: str) -> dict[str, Any]:
              "version_string": meta.versionString}
     info["description"] = {k: v for k, v in about.items() if v}
     return info
+
+
+def _load_spec(ct: Any, path: Path, kind: str) -> Any:
+    try:
+        return ct.utils.load_spec(str(path))
+    except Exception as exc:  # noqa: BLE001 - whatever coremltools raises on a bad package
+        raise InputError(f"{path}: not a readable CoreML {kind} ({first_line(exc)})",
+                         "the package may be incomplete or not CoreML; convert it again") from exc
+
+
+def first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return (text.splitlines()[0] if text else type(exc).__name__)[:300]
 
 
 def _class_labels(spec: Any) -> list[Any] | None:

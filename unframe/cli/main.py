@@ -165,6 +165,15 @@ def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 debug_option = click.option("--debug", is_flag=True, help="Show tracebacks.")
+
+
+def limit_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """--max-memory and --parity-timeout: the resource limits of unframe.limits."""
+    fn = click.option("--parity-timeout", metavar="SECONDS", type=float,
+                      help="Stop a parity check that runs longer (default 900).")(fn)
+    return click.option("--max-memory", metavar="SIZE",
+                        help="Memory parity may use for inputs and weights, e.g. 4GiB "
+                             "(default: half of the memory available).")(fn)
 json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output on stdout.")
 
 
@@ -256,6 +265,7 @@ _CORE_OPTIONS = {"from_", "to", "opset", "ml_opset", "strict_parity", "debug_dir
 @click.option("--no-validate", is_flag=True, help="Skip the parity checks (not recommended).")
 @click.option("--no-locate", is_flag=True, help="On a parity failure, skip finding the first diverging node.")
 @click.option("--force", is_flag=True, help="Replace an existing output.")
+@limit_options
 @json_option
 @debug_option
 @handle_errors
@@ -361,22 +371,24 @@ def escape(text: str) -> str:
 @click.option("--sample-inputs", type=click.Path(), help="An .npz of sample inputs by input name.")
 @click.option("--atol", multiple=True, metavar="X|NAME=X")
 @click.option("--rtol", multiple=True, metavar="X|NAME=X")
+@limit_options
 @json_option
 @debug_option
 @handle_errors
 def opset(model: str, to_opset: int, ml_opset: int | None, output: str, no_validate: bool,
           strict_parity: bool, no_locate: bool, debug_dir: str | None, force: bool,
-          sample_inputs: str | None, atol: tuple[str, ...], rtol: tuple[str, ...], as_json: bool,
-          debug: bool) -> None:
+          sample_inputs: str | None, atol: tuple[str, ...], rtol: tuple[str, ...],
+          max_memory: str | None, parity_timeout: float | None, as_json: bool, debug: bool) -> None:
     """Move an ONNX MODEL to another opset (up or down), checked against the original."""
     from unframe import api
     from unframe.cli import options as opt
 
+    limits = opt.stage_options({"max_memory": max_memory, "parity_timeout": parity_timeout})
     result = api.convert_opset(model, to_opset, output=output, validate=not no_validate, force=force,
                                ml_opset=ml_opset, strict_parity=strict_parity, locate=not no_locate,
                                debug_dir=debug_dir, sample_inputs=sample_inputs,
                                atol=opt.tolerance(atol, "--atol"),
-                               rtol=opt.tolerance(rtol, "--rtol"))
+                               rtol=opt.tolerance(rtol, "--rtol"), **limits)
     _print_result(result, as_json)
 
 

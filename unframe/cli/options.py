@@ -103,8 +103,8 @@ def stage_options(raw: dict[str, Any]) -> dict[str, Any]:
             out["enumerated"] = enumerated(value)
         elif key == "shapes":
             out["shapes"] = [profile(v) for v in value]
-        elif key == "workspace":
-            out["workspace"] = size(value)
+        elif key in ("workspace", "max_memory"):
+            out[key] = size(value)
         elif key == "bias":
             out["bias"] = [float(b) for b in value.split(",")]
         else:

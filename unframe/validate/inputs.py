@@ -11,7 +11,8 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import onnx_ir as ir
 
-from unframe.errors import UsageError
+from unframe import limits
+from unframe.errors import InputError, UsageError
 
 DYNAMIC_FILLS = (2, 3)
 
@@ -27,7 +28,11 @@ def numpy_dtype(dt: ir.DataType | None) -> np.dtype:
         return np.dtype(np.float32)
     if dt == ir.DataType.STRING:
         return np.dtype(object)
-    return np.dtype(dt.numpy())
+    try:
+        return np.dtype(dt.numpy())
+    except (TypeError, ValueError):
+        raise UsageError(f"can't generate parity inputs of type {dt}", "pass sample inputs "
+                         "(--sample-inputs FILE.npz)") from None
 
 
 def generate_feeds(model: ir.Model, *, seed: int = 0, fills: Sequence[int] = DYNAMIC_FILLS,
@@ -35,11 +40,28 @@ def generate_feeds(model: ir.Model, *, seed: int = 0, fills: Sequence[int] = DYN
     inputs = graph_inputs(model)
     dynamic = any(_is_dynamic(v) for v in inputs)
     count = len(fills) if dynamic else 1
+    shapes = [{v.name: _shape(v, fills[i], source) for v in inputs} for i in range(count)]
+    check_feed_bytes(shapes, {v.name: numpy_dtype(v.dtype) for v in inputs}, source)
     feeds = []
     for i in range(count):
         rng = np.random.default_rng(seed + i)
-        feeds.append({v.name: random_tensor(rng, _shape(v, fills[i], source), v.dtype) for v in inputs})
+        feeds.append({v.name: random_tensor(rng, shapes[i][v.name], v.dtype) for v in inputs})
     return feeds
+
+
+def check_feed_bytes(shapes: Sequence[Mapping[str, tuple[int, ...]]], dtypes: Mapping[str, np.dtype],
+                     source: str) -> None:
+    """All generated parity inputs together against the memory budget, before any is made."""
+    total, biggest, most = 0, "", -1
+    for feed in shapes:
+        for name, shape in feed.items():
+            # drawn in float64/int64 and cast: 8 bytes of scratch per element at least
+            nbytes = limits.shape_bytes(shape, max(dtypes[name].itemsize, 8) if dtypes[name].kind != "O" else 64)
+            total += nbytes
+            if nbytes > most:
+                biggest, most = f"{name!r} {list(shape)}", nbytes
+    limits.check_alloc(total, f"the parity inputs of {source} (largest: input {biggest})",
+                       "pass smaller inputs (--sample-inputs), raise --max-memory, or --no-validate")
 
 
 def _is_dynamic(v: ir.Value) -> bool:
@@ -51,11 +73,17 @@ def _shape(v: ir.Value, fill: int, source: str) -> tuple[int, ...]:
         raise UsageError(
             f"input {v.name!r} of {source} has no shape, so parity inputs can't be generated",
             "pass sample inputs (--sample-inputs FILE.npz) or --inputs name:shape:dtype")
-    return tuple(d if isinstance(d, int) else fill for d in v.shape)
+    shape = tuple(d if isinstance(d, int) else fill for d in v.shape)
+    if any(d < 0 for d in shape):
+        raise InputError(f"input {v.name!r} of {source} has a negative dimension {list(shape)}",
+                         "the model is broken; re-export it")
+    return shape
 
 
 def random_tensor(rng: np.random.Generator, shape: tuple[int, ...], dt: ir.DataType | None) -> np.ndarray:
     npdt = numpy_dtype(dt)
+    # values are drawn in float64/int64 and then cast: that scratch is what has to fit
+    limits.check_array(shape, np.float64 if npdt.itemsize < 8 else npdt, "a parity input")
     if npdt.kind == "f" or str(npdt) == "bfloat16":
         return rng.standard_normal(shape).astype(npdt)
     if npdt.kind in "iu":

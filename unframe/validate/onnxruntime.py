@@ -107,7 +107,11 @@ class OnnxRuntimeRunner(Runner):
         self.name = f"onnxruntime {_version('onnxruntime')}"
         src = _ModelFile(model)
         opts = ort.SessionOptions()
-        opts.log_severity_level = 3
+        from unframe.quiet import debug_enabled
+
+        # 4 = fatal only: a refused model is reported through the exception (typed by the
+        # pipeline); onnxruntime's own log line would only add a second, colored error line
+        opts.log_severity_level = 3 if debug_enabled() else 4
         opts.graph_optimization_level = {
             "none": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
             "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
@@ -133,8 +137,21 @@ class OnnxRuntimeRunner(Runner):
         return list(self._outputs)
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        import onnxruntime as ort
+
+        from unframe import limits
+
         wanted = {i.name for i in self._inputs}
-        values = self.session.run(None, {k: v for k, v in feeds.items() if k in wanted})
+        options = ort.RunOptions()
+        timer = limits.cancel_after(lambda: setattr(options, "terminate", True))
+        try:
+            values = self.session.run(None, {k: v for k, v in feeds.items() if k in wanted}, options)
+        except Exception:
+            limits.raise_if_expired()  # cancelled by the parity time limit: say that, not ORT's words
+            raise
+        finally:
+            if timer is not None:
+                timer.cancel()
         return {n: _plain(v) for n, v in zip(self._outputs, values, strict=True)}
 
 
@@ -161,7 +178,8 @@ class ReferenceRunner(Runner):
         return list(self._outputs)
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        values = self.evaluator.run(None, {k: v for k, v in feeds.items() if k in self._inputs})
+        with np.errstate(all="ignore"):  # a division by zero is a value to compare, not a warning to print
+            values = self.evaluator.run(None, {k: v for k, v in feeds.items() if k in self._inputs})
         return {n: _plain(v) for n, v in zip(self._outputs, values, strict=True)}
 
 

@@ -65,7 +65,7 @@ def read_manifest(path: Path) -> ZooSource:
         raise InputError(f"{path}: no such manifest", "check the path") from exc
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise InputError(f"{path}: not a valid TOML manifest ({exc})", "fix the manifest syntax") from exc
-    root = (path.parent / str(data.get("root", "."))).resolve()
+    root = _root(path, data.get("root", "."))
     models = data.get("model", [])
     if not isinstance(models, list) or not models:
         raise InputError(f"{path}: no [[model]] entries", "add at least one [[model]] table with a path")
@@ -74,22 +74,51 @@ def read_manifest(path: Path) -> ZooSource:
     return ZooSource(root=root, entries=entries, manifest=path.resolve())
 
 
+def _root(manifest: Path, raw: Any) -> Path:
+    if not isinstance(raw, str) or "\0" in raw:
+        raise InputError(f"{manifest}: root must be a folder path, not {raw!r}", 'write root = "folder"')
+    try:
+        return (manifest.parent / raw).resolve()
+    except (OSError, RuntimeError) as exc:  # a link loop, a name too long
+        raise InputError(f"{manifest}: root {raw!r} can't be resolved ({exc})", "fix the root folder") from None
+
+
+def _text(manifest: Path, index: int, key: str, raw: Any) -> str:
+    if raw is None:
+        return ""
+    if not isinstance(raw, str) or "\0" in raw:
+        raise InputError(f"{manifest}: model entry {index + 1} has a {key} that is not text ({raw!r})",
+                         f'write {key} = "..."')
+    return raw
+
+
+def _opset(manifest: Path, index: int, raw: Any) -> int | None:
+    if raw is None:
+        return None
+    if isinstance(raw, str) and raw.strip().isdigit():
+        raw = int(raw)
+    if not isinstance(raw, int) or isinstance(raw, bool) or not 0 < raw < 1000:
+        raise InputError(f"{manifest}: model entry {index + 1} has opset {raw!r}, not an opset number",
+                         "write opset = 17")
+    return raw
+
+
 def _entry(manifest: Path, root: Path, index: int, raw: Any) -> ZooEntry:
     if not isinstance(raw, dict):
         raise InputError(f"{manifest}: model entry {index + 1} is not a table", "write it as [[model]]")
-    name = str(raw.get("name") or "")
-    framework = str(raw.get("framework") or "onnx")
-    rel_text = raw.get("path") or (f"{framework}/{name}/model.onnx" if name else "")
+    name = _text(manifest, index, "name", raw.get("name"))
+    framework = _text(manifest, index, "framework", raw.get("framework")) or "onnx"
+    rel_text = _text(manifest, index, "path", raw.get("path")) or (f"{framework}/{name}/model.onnx" if name else "")
     if not rel_text:
         raise InputError(f"{manifest}: model entry {index + 1} has neither path nor name", "give it a path")
     rel = Path(str(rel_text))
     if rel.is_absolute() or ".." in rel.parts:
         raise InputError(f"{manifest}: model {name or index + 1} path {rel} leaves the root folder",
                          "use a path relative to the manifest root")
-    opset = raw.get("opset")
     return ZooEntry(name=name or rel.parent.name or rel.stem, path=root / rel, rel=rel, framework=framework,
-                    builder=str(raw.get("builder") or ""), opset=int(opset) if opset is not None else None,
-                    about=str(raw.get("about") or ""))
+                    builder=_text(manifest, index, "builder", raw.get("builder")),
+                    opset=_opset(manifest, index, raw.get("opset")),
+                    about=_text(manifest, index, "about", raw.get("about")))
 
 
 def _check_unique(manifest: Path, entries: list[ZooEntry]) -> None:

@@ -41,8 +41,8 @@ class OnnxFrontend(Frontend):
         if isinstance(source, Path):
             return io.load_model(source)
         if isinstance(source, onnx.ModelProto):
-            io.check_graph(source, "the ONNX model")
-            return ir.serde.deserialize_model(source)
+            io.check_model(source, "the ONNX model")
+            return io.deserialize(source, "the ONNX model")
         if isinstance(source, ir.Model):
             return source
         raise TypeError(f"not an ONNX model: {type(source).__name__}")

@@ -133,7 +133,8 @@ class CoreMLBackend(Backend):
             raise RunnerUnavailable(f"the MIL evaluator is unavailable: {exc}") from exc
         if artifact.path is None:
             raise RunnerUnavailable("the CoreML artifact was not written to disk")
-        return CoreMLRunner(MILRunner(artifact.path), json.loads(artifact.metadata["unframe.io"]))
+        return CoreMLRunner(MILRunner(artifact.path, vouched=True),  # written by convert() just now
+                            json.loads(artifact.metadata["unframe.io"]))
 
     def tap(self, artifact: Artifact, target: Target) -> Any:
         from unframe.locate.taps import MilTap

@@ -169,7 +169,6 @@ class TensorRTBackend(Backend):
         from unframe.converters.backends.tensorrt.profiles import make_profile
 
         self.ensure_available()
-        trt = trtmodule.load_or_none()
         precision = target.get("precision", "fp32")
         if precision not in PRECISIONS:
             raise UsageError(f"unknown TensorRT precision {precision!r}",
@@ -187,23 +186,24 @@ class TensorRTBackend(Backend):
             version_compatible=bool(target.get("version_compatible", False)),
             hardware_compatibility=target.get("hardware_compatibility"),
             optimization_level=_int_or_none(target.get("builder_optimization_level")))
-        result = build(trt, onnx_path, profile, options)
-        meta = self._metadata(trt, precision, profile, result.flags, onnx_path)
+        result = build(onnx_path, profile, options)
+        meta = self._metadata(result, precision, profile, onnx_path)
         meta["network"] = result.network
-        notes = [f"built with {trt.__name__} {trt.__version__} ({meta['gpu']})",
+        notes = [f"built with {result.module} {result.version} ({meta['gpu']})",
                  *result.notes]
         if precision != "fp32":
             notes.append(f"{precision} compute set in the graph (strongly typed network); "
                          "inputs and outputs keep their types")
         return Artifact(kind="engine", model=result.engine, metadata=meta, notes=notes)
 
-    def _metadata(self, trt: Any, precision: str, profile: dict[str, Any],
-                  flags: dict[str, Any], onnx_path: Path) -> dict[str, Any]:
+    def _metadata(self, result: Any, precision: str, profile: dict[str, Any],
+                  onnx_path: Path) -> dict[str, Any]:
         device = trtmodule.cuda_device()
+        flags = result.flags
         return {
             "format": "unframe TensorRT engine sidecar v1",
-            "flavour": trt.__name__,
-            "tensorrt_version": str(trt.__version__),
+            "flavour": result.module,
+            "tensorrt_version": result.version,
             "gpu": AOT_ON_CPU if isinstance(device, str) else device.name,
             "compute_capability": None if isinstance(device, str) else device.compute_capability,
             "precision": precision,

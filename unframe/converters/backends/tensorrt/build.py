@@ -4,6 +4,11 @@ Strongly typed network (precision comes from the graph), one optimization profil
 workspace limit, timing cache, version- and hardware-compatibility. Failures become typed errors:
 a parse error names the node, op and parser message; a build that returns nothing says the likely
 cause (workspace, precision, shape range) from the builder's logged errors.
+
+The parser and the builder run in the conversion's TensorRT child process (``unframe.sandbox``):
+both are native code fed a graph unframe can't vouch for, and a segfault there must not take
+unframe down. ``parse_in_child`` keeps the parsed network in the child for ``build_in_child``;
+a crash while parsing is bad input (exit 3), while building a tool failure (exit 9).
 """
 
 from __future__ import annotations
@@ -13,11 +18,45 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
+from unframe import sandbox
 from unframe.converters.backends.tensorrt import trtmodule
-from unframe.converters.backends.tensorrt.profiles import ProfileShape
-from unframe.errors import Blocker, ConversionError, UnsupportedError, UsageError
+from unframe.errors import (
+    Blocker,
+    ConversionError,
+    InputError,
+    MissingExtraError,
+    UnsupportedError,
+    UsageError,
+)
+
+if TYPE_CHECKING:
+    from unframe.converters.backends.tensorrt.profiles import ProfileShape
+
+SANDBOX = "tensorrt"  # the child every TensorRT call of a conversion shares
+
+
+class Ranges(NamedTuple):
+    """One input's profile shapes as they cross to the child: plain tuples, so that the child
+    never imports onnx-ir (and with it sympy: seconds) to unpickle them."""
+
+    min: tuple[int, ...]
+    opt: tuple[int, ...]
+    max: tuple[int, ...]
+
+
+def parse_timeout(onnx_path: Path) -> float:
+    """Seconds the parser gets (TensorRT imported): a few, plus 20 MB/s of model and weights.
+    The builder has no limit: large models take long, legitimately."""
+    data = onnx_path.with_name(onnx_path.name + ".data")
+    size = onnx_path.stat().st_size + (data.stat().st_size if data.exists() else 0)
+    return 10.0 + size / 20e6
+
+
+def import_tensorrt() -> None:
+    """(In the child, before a timed call.) TensorRT's import is not the parser's time."""
+    trtmodule.load_or_none()
 
 HARDWARE_LEVELS = {
     "none": "NONE", "ampere+": "AMPERE_PLUS", "ampere_plus": "AMPERE_PLUS",
@@ -46,6 +85,8 @@ class BuildResult:
     notes: list[str] = field(default_factory=list)
     flags: dict[str, Any] = field(default_factory=dict)
     network: dict[str, Any] = field(default_factory=dict)  # see network_summary()
+    module: str = ""  # tensorrt or tensorrt_rtx, as imported in the child
+    version: str = ""
 
 
 def parse(trt: ModuleType, onnx_path: Path, logger: Any) -> tuple[Any, Any, Any]:
@@ -82,10 +123,54 @@ def parse_errors(parser: Any, printed: list[str] | None = None) -> list[Blocker]
     return out
 
 
-def build(trt: ModuleType, onnx_path: Path, profile: dict[str, ProfileShape],
-          options: BuildOptions) -> BuildResult:
+def build(onnx_path: Path, profile: dict[str, ProfileShape], options: BuildOptions) -> BuildResult:
+    """Parse ``onnx_path`` and build an engine, both in the conversion's TensorRT child."""
+    ranges = {name: Ranges(tuple(p.min), tuple(p.opt), tuple(p.max)) for name, p in profile.items()}
+    sandbox.call(SANDBOX, parse_in_child, onnx_path, what=f"TensorRT's ONNX parser on {onnx_path.name}",
+                 timeout=parse_timeout(onnx_path), preload=import_tensorrt, crash_error=InputError,
+                 hint="the model holds something TensorRT's parser can't take; `unframe check --to "
+                      "tensorrt` lists what the support table knows")
+    return sandbox.call(SANDBOX, build_in_child, ranges, options, what="TensorRT's builder",
+                        crash_error=ConversionError,
+                        hint="rerun with --debug and report the model; --json shows the builder's last output")
+
+
+# State the parse leaves in the child for the build: (module, logger, builder, network, parser).
+_parsed: list[Any] = []
+
+
+def _module() -> ModuleType:
+    trt = trtmodule.load_or_none()
+    if trt is None:
+        raise MissingExtraError("building a TensorRT engine", "tensorrt", "tensorrt-rtx-cu12 (or NVIDIA's tensorrt)")
+    return trt
+
+
+def parse_in_child(onnx_path: Path) -> None:
+    """(In the child.) Parse the ONNX file into a network kept for ``build_in_child``."""
+    _parsed.clear()
+    trt = _module()
     logger = trtmodule.CollectingLogger(trt)
-    builder, network, _parser = parse(trt, onnx_path, logger)
+    builder, network, parser = parse(trt, onnx_path, logger)
+    _parsed.extend((trt, logger, builder, network, parser))
+
+
+def build_in_child(profile: dict[str, Ranges], options: BuildOptions) -> BuildResult:
+    """(In the child.) Build the network the last ``parse_in_child`` left."""
+    if not _parsed:
+        raise ConversionError("TensorRT's builder was asked to build before a parse",
+                              "rerun with --debug and report it")
+    trt, logger, builder, network, _parser = _parsed
+    try:
+        result = build_network(trt, builder, network, logger, profile, options)
+    finally:
+        _parsed.clear()
+    result.module, result.version = trt.__name__, str(trt.__version__)
+    return result
+
+
+def build_network(trt: ModuleType, builder: Any, network: Any, logger: Any,
+                  profile: dict[str, Ranges], options: BuildOptions) -> BuildResult:
     config = builder.create_builder_config()
     flags = _configure(trt, builder, config, profile, options)
     cache = _load_timing_cache(config, options.timing_cache)
@@ -99,6 +184,26 @@ def build(trt: ModuleType, onnx_path: Path, profile: dict[str, ProfileShape],
         result.notes.append(f"timing cache {'updated' if cache else 'written'}: "
                             f"{options.timing_cache}")
     return result
+
+
+def verdict_in_child(path: Path) -> tuple[bool, dict[int, str], str, list[str]] | None:
+    """(In the child.) ``supports_model_v2`` on the file at ``path``: (supported, failed nodes
+    by index with the parser's message, module name, what the parser printed to stderr); None
+    without TensorRT."""
+    trt = trtmodule.load_or_none()
+    if trt is None:
+        return None
+    logger = trtmodule.CollectingLogger(trt)
+    builder = trt.Builder(logger)
+    network = builder.create_network(trtmodule.strongly_typed_flags(trt))
+    parser = trt.OnnxParser(network, logger)
+    with trtmodule.stderr_lines() as printed:
+        supported = bool(parser.supports_model_v2(path.read_bytes(), str(path)))
+    failed: dict[int, str] = {}
+    for i in range(parser.num_errors):
+        error = parser.get_error(i)
+        failed.setdefault(int(error.node()), " ".join(str(error.desc()).split()))
+    return supported and not failed, failed, trt.__name__, printed.lines
 
 
 def network_summary(network: Any) -> dict[str, Any]:
@@ -123,7 +228,7 @@ def _type_name(dtype: Any) -> str:
     return str(dtype).rsplit(".", 1)[-1]
 
 
-def _configure(trt: ModuleType, builder: Any, config: Any, profile: dict[str, ProfileShape],
+def _configure(trt: ModuleType, builder: Any, config: Any, profile: dict[str, Ranges],
                options: BuildOptions) -> dict[str, Any]:
     flags: dict[str, Any] = {}
     if options.workspace is not None:
@@ -183,7 +288,7 @@ def _save_timing_cache(config: Any, path: Path) -> None:
     os.replace(tmp, path)
 
 
-def _build_failure(logger: Any, builder: Any, profile: dict[str, ProfileShape]) -> ConversionError:
+def _build_failure(logger: Any, builder: Any, profile: dict[str, Ranges]) -> ConversionError:
     errors = list(logger.errors())
     recorder = getattr(builder, "error_recorder", None)
     if recorder is not None:
@@ -203,5 +308,5 @@ def _build_failure(logger: Any, builder: Any, profile: dict[str, ProfileShape]) 
         hints[cause], details={"builder_errors": errors[:20]})
 
 
-def _describe(profile: dict[str, ProfileShape]) -> str:
+def _describe(profile: dict[str, Ranges]) -> str:
     return "; ".join(f"{n}: {p.min}..{p.max}" for n, p in profile.items()) or "(static)"

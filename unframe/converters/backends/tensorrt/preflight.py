@@ -529,28 +529,29 @@ class ParserVerdict:
         return "; ".join(self.printed[:2]) or (whole[0] if whole else "refused without a reason")
 
 
-def parser_verdict(model: ir.Model, module: Any | None = None) -> ParserVerdict | None:
-    """Ask a TensorRT parser (``supports_model_v2``); None when no TensorRT module is importable."""
+def parser_verdict(model: ir.Model) -> ParserVerdict | None:
+    """Ask a TensorRT parser (``supports_model_v2``), in the conversion's TensorRT child (the
+    parser is native code a hostile graph can crash); None when no TensorRT module is importable."""
+    from unframe import sandbox
     from unframe.converters.backends.tensorrt import trtmodule
+    from unframe.converters.backends.tensorrt.build import (
+        SANDBOX,
+        import_tensorrt,
+        parse_timeout,
+        verdict_in_child,
+    )
+    from unframe.errors import InputError
 
-    trt = module or trtmodule.load_or_none()
-    if trt is None:
+    if trtmodule.installed_flavour() is None:
         return None
-    logger = trtmodule.CollectingLogger(trt)
-    builder = trt.Builder(logger)
-    network = builder.create_network(trtmodule.strongly_typed_flags(trt))
-    parser = trt.OnnxParser(network, logger)
     with tempfile.TemporaryDirectory(prefix="unframe-trt-check-") as tmp:
         path = Path(tmp) / "model.onnx"
         # Saved with its weights beside it, so the parser can read external data by path.
         ir.save(model, path, external_data="model.onnx.data" if _has_external(model) else None)
-        with trtmodule.stderr_lines() as printed:
-            supported = bool(parser.supports_model_v2(path.read_bytes(), str(path)))
-    failed: dict[int, str] = {}
-    for i in range(parser.num_errors):
-        error = parser.get_error(i)
-        failed.setdefault(int(error.node()), " ".join(str(error.desc()).split()))
-    return ParserVerdict(supported and not failed, failed, trt.__name__, printed.lines)
+        answer = sandbox.call(SANDBOX, verdict_in_child, path, what="TensorRT's ONNX parser",
+                              timeout=parse_timeout(path), preload=import_tensorrt, crash_error=InputError,
+                              hint="the model holds something TensorRT's parser can't take")
+    return None if answer is None else ParserVerdict(*answer)
 
 
 def _has_external(model: ir.Model) -> bool:

@@ -35,9 +35,46 @@ def read_sidecar(engine_path: Path) -> dict[str, Any] | None:
         return None
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
-    return data if isinstance(data, dict) else None
+    return data if isinstance(data, dict) and well_formed(data) else None
+
+
+# The types of what unframe writes; a sidecar that differs is not one unframe wrote (or was
+# edited), and its fields are not trusted to mean anything: it reads as unreadable.
+_STR_FIELDS = ("flavour", "tensorrt_version", "gpu", "precision", "engine_sha256", "prepared_onnx_sha256",
+               "format")
+_DICT_FIELDS = ("flags", "network", "provenance")
+
+
+def well_formed(meta: dict[str, Any]) -> bool:
+    if any(k in meta and not isinstance(meta[k], str) for k in _STR_FIELDS):
+        return False
+    if any(k in meta and not isinstance(meta[k], dict) for k in _DICT_FIELDS):
+        return False
+    if meta.get("compute_capability") is not None and not isinstance(meta["compute_capability"], str):
+        return False
+    profiles = meta.get("profiles", [])
+    if not isinstance(profiles, list) or not all(_profile_ok(p) for p in profiles):
+        return False
+    network = meta.get("network", {})
+    inputs, outputs = network.get("inputs") or [], network.get("outputs") or []
+    if not isinstance(inputs, list) or not isinstance(outputs, list):
+        return False
+    layers = network.get("layers", 0)
+    return isinstance(layers, int) and all(_tensor_ok(t) for t in inputs + outputs)
+
+
+def _profile_ok(profile: Any) -> bool:
+    return isinstance(profile, dict) and all(
+        isinstance(name, str) and isinstance(p, dict)
+        and all(isinstance(p.get(k), list) and all(isinstance(d, int) for d in p[k]) for k in ("min", "opt", "max"))
+        for name, p in profile.items())
+
+
+def _tensor_ok(t: Any) -> bool:
+    return isinstance(t, dict) and isinstance(t.get("name", ""), str) and isinstance(t.get("dtype", ""), str) \
+        and (t.get("shape") is None or (isinstance(t["shape"], list) and all(isinstance(d, int) for d in t["shape"])))
 
 
 def check_engine_compat(engine_path: Path | str) -> list[str]:

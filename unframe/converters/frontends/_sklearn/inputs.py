@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from unframe import limits
 from unframe.errors import InputError, UsageError
 
 FLOAT, INT, STR = "float", "int", "str"
@@ -245,6 +246,7 @@ def generated_feeds(plan: InputPlan, double: bool, seed: int = 0,
         rng = np.random.default_rng(seed + i)
         feed: dict[str, np.ndarray] = {}
         width = plan.n_features if plan.layout == "matrix" else 1
+        limits.check_array((n, width * max(len(plan.names), 1)), np.float64, "the parity inputs")
         for name, kind in zip(plan.names, plan.kinds, strict=False):
             if kind == STR:
                 choices = plan.categories.get(name) or ["a", "b", "c"]

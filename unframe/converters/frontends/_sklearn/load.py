@@ -61,6 +61,9 @@ def load_skops(path: Path, trust: bool) -> Any:
         return load_validated(path)
     import skops.io as sio
 
+    from unframe import archives
+
+    archives.check_zip(path, "skops archive")  # entries escaping it, duplicates, zip bombs
     try:
         untrusted = sio.get_untrusted_types(file=path)
     except Exception as exc:

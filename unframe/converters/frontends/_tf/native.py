@@ -87,6 +87,9 @@ def load_path(path: Path, trust: bool, signature: str | None, custom_objects: An
 
 
 def load_keras_file(path: Path, trust: bool, custom_objects: Any = None) -> TfModel:
+    from unframe.converters.frontends._tf import probes
+
+    probes.check_keras_file(path)  # the archive, and HDF5 on its weights in a child process first
     lambdas = lambda_layers(path)
     if lambdas and not trust:
         raise TrustRequiredError(
@@ -190,6 +193,9 @@ def _find_lambdas(node: Any, found: list[str]) -> None:
 
 
 def load_saved_model(path: Path, signature: str | None) -> TfModel:
+    from unframe import archives
+
+    archives.check_folder(path, "SavedModel")
     import tensorflow as tf
 
     try:
@@ -215,7 +221,16 @@ def load_saved_model(path: Path, signature: str | None) -> TfModel:
 
 
 def load_tflite(path: Path) -> TfModel:
-    interpreter = make_interpreter(path)
+    """The TFLite model's inputs and outputs, read by an interpreter in a child process: TFLite
+    crashes on some malformed files, even in its getters, so this process never opens one."""
+    from unframe.converters.frontends._tf import probes
+
+    inputs, outputs, names = probes.describe_tflite(path)
+    return TfModel("tflite", path, str(path), inputs, outputs, path=path, tflite_names=names)
+
+
+def tflite_signature(interpreter: Any) -> tuple[list[TensorSpec], list[str], dict[str, str]]:
+    """(inputs, output names, tensor name -> signature key) of an interpreter."""
     sigs = interpreter.get_signature_list()
     names: dict[str, str] = {}
     if len(sigs) == 1:
@@ -229,7 +244,7 @@ def load_tflite(path: Path) -> TfModel:
         inputs.append(TensorSpec(names.get(det["name"], det["name"]), shape,
                                  _np_name(det["dtype"])))
     outputs = [names.get(det["name"], det["name"]) for det in interpreter.get_output_details()]
-    return TfModel("tflite", path, str(path), inputs, outputs, path=path, tflite_names=names)
+    return inputs, outputs, names
 
 
 def make_interpreter(path: Path) -> Any:
@@ -329,6 +344,9 @@ def keras_output_names(model: Any) -> list[str]:
     names = getattr(model, "output_names", None)
     if names is None:
         names = [str(t.name).split("/")[0] for t in getattr(model, "outputs", None) or []]
+    if not names:  # a model saved before it was built (a file's config can say so)
+        raise InputError(f"the Keras model {getattr(model, 'name', '?')!r} has no outputs: it was saved "
+                         "before it was built", "build it (call it on an input) and save it again")
     return [str(n) for n in names]
 
 

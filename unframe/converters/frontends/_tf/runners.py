@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from unframe.converters.frontends._tf.native import TfModel, make_interpreter
+from unframe.converters.frontends._tf.native import TfModel
 from unframe.distributions import dist_version
 from unframe.quiet import quiet_native_logs
 from unframe.validate.runner import Runner, TensorSpec
@@ -110,27 +110,17 @@ class FunctionRunner(_TfRunner):
 
 
 class TfliteRunner(_TfRunner):
-    """The TFLite interpreter, resized to each feed's shapes."""
+    """The TFLite interpreter, resized to each feed's shapes; it runs in the child process that
+    read the model (``probes.run_tflite``), never in this one."""
 
     def __init__(self, *args: Any, **kw: Any) -> None:
         super().__init__(*args, **kw)
         self.name = f"tflite interpreter (tensorflow {_version('tensorflow', 'tensorflow-cpu')})"
-        self.interpreter = make_interpreter(self.model.path)
 
     def _run(self, arrays: dict[str, np.ndarray]) -> list[np.ndarray]:
-        it = self.interpreter
-        names = self.model.tflite_names
-        details = it.get_input_details()
-        for det in details:
-            value = arrays[names.get(det["name"], det["name"])]
-            if tuple(det["shape"]) != value.shape:
-                it.resize_tensor_input(det["index"], value.shape, strict=False)
-        it.allocate_tensors()
-        for det in details:
-            value = arrays[names.get(det["name"], det["name"])]
-            it.set_tensor(det["index"], value.astype(det["dtype"], copy=False))
-        it.invoke()
-        return [it.get_tensor(det["index"]).copy() for det in it.get_output_details()]
+        from unframe.converters.frontends._tf import probes
+
+        return probes.run_tflite(self.model.path, arrays, self.model.tflite_names)
 
 
 def _np(value: Any) -> np.ndarray:

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from unframe import limits
 from unframe.converters.base import InputSpec
 from unframe.converters.frontends._tf.native import TfModel
 from unframe.errors import Blocker, UnsupportedError, UsageError
@@ -180,6 +181,7 @@ def _fill(t: TensorSpec, which: int) -> tuple[int, ...]:
 
 def _random(rng: np.random.Generator, shape: tuple[int, ...], dtype: str, int_high: int
             ) -> np.ndarray:
+    limits.check_array(shape, np.float64, "a parity input")  # drawn in float64, then cast
     if dtype == "bool":
         return rng.random(shape) < 0.5
     if dtype == "str":

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from unframe import limits
 from unframe.converters.base import InputSpec
 from unframe.errors import InputError, UsageError
 from unframe.validate.runner import TensorSpec
@@ -189,6 +190,7 @@ def _example_tensor(spec: TensorSpec, gen: Any) -> Any:
                          "give it as name:2x3x224x224:float32")
     shape = tuple(d if isinstance(d, int) else SPEC_FILL for d in spec.shape)
     dtype = np.dtype(spec.dtype)
+    limits.check_array(shape, np.float32, f"example input {spec.name!r}")
     if dtype.kind == "f":
         return torch.randn(shape, generator=gen).to(getattr(torch, dtype.name))
     if dtype.kind in "iu":
@@ -215,6 +217,7 @@ def from_exported_program(ep: Any) -> tuple[tuple[Any, ...], dict[str, Any]] | N
             if not isinstance(val, torch.Tensor):
                 return None
             shape = [d if isinstance(d, int) else SPEC_FILL for d in val.shape]
+            limits.check_array(shape, np.float32, f"example input {node.name!r} of the program")
             tensors.append(torch.randn(shape).to(val.dtype) if val.dtype.is_floating_point
                            else torch.zeros(shape, dtype=val.dtype))
     return tuple(tensors), {}

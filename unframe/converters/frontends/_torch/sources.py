@@ -53,7 +53,10 @@ def detect_kind(path: Path) -> SourceKind:
         raise InputError(f"{path}: no such file", "check the path")
     if path.is_dir():
         raise InputError(f"{path}: is a directory, expected a torch file", "pass the file itself")
-    if zipfile.is_zipfile(path):
+    from unframe import archives
+
+    if archives.is_zip(path):
+        archives.check_zip(path, "torch archive")  # entries escaping it, duplicates, zip bombs
         with zipfile.ZipFile(path) as archive:
             return _kind_of_names(path, archive.namelist())
     with path.open("rb") as fh:
@@ -136,12 +139,20 @@ def missing_pytree_modules(path: Path) -> list[str]:
         for name in archive.namelist():
             if not (name.endswith(".json") and "/models/" in f"/{name}"):
                 continue
-            text = archive.read(name).decode("utf-8", errors="replace")
+            text = _read_member(path, archive, name).decode("utf-8", errors="replace")
             for type_name in sorted(set(_SPEC_TYPE.findall(text))):
                 module = type_name.rsplit(".", 1)[0]
                 if type_name not in known and "." in type_name and module not in modules:
                     modules.append(module)
     return modules
+
+
+def _read_member(path: Path, archive: zipfile.ZipFile, name: str) -> bytes:
+    try:
+        return archive.read(name)
+    except Exception as exc:  # noqa: BLE001 - zipfile raises a dozen types on a corrupt member
+        raise InputError(f"{path}: {name} in the archive is corrupt ({first_line(exc)})",
+                         "the file may be truncated; re-save it") from None
 
 
 @contextlib.contextmanager
@@ -223,6 +234,9 @@ def _weights_only(path: Path) -> Any | None:
         if "weights_only" in str(exc) or "Unsupported global" in str(exc):
             return None
         raise InputError(f"{path}: not a readable torch file ({first_line(exc)})",
+                         "the file may be truncated; re-save it") from exc
+    except Exception as exc:  # noqa: BLE001 - the weights-only reader on a corrupt stream (no code ran)
+        raise InputError(f"{path}: not a readable torch file ({type(exc).__name__}: {first_line(exc)})",
                          "the file may be truncated; re-save it") from exc
 
 

@@ -17,9 +17,16 @@ from unframe.converters.backends.coreml.mil_eval.evaluator import evaluate, nump
 from unframe.errors import InputError
 from unframe.validate.runner import Runner, TensorSpec
 
+SANDBOX = "coremltools"
 
-def load_program(source: str | Path | Any) -> Any:
-    """A coremltools MIL Program from a .mlpackage path, an .mlmodel path or an MLModel."""
+
+def load_program(source: str | Path | Any, *, vouched: bool = False) -> Any:
+    """A coremltools MIL Program from a .mlpackage path, an .mlmodel path or an MLModel.
+
+    A file unframe didn't just write (``vouched``) is opened in a child process first: the
+    package reader and the weight-blob reader are native code a malformed file can crash."""
+    if isinstance(source, (str, Path)) and not vouched:
+        probe_foreign(Path(source))
     ct = _coremltools()
     from coremltools.converters.mil.frontend.milproto.load import load as milproto_load
 
@@ -34,6 +41,38 @@ def load_program(source: str | Path | Any) -> Any:
     except Exception as exc:
         raise InputError(f"coremltools could not load the MIL program of {_describe(source)}: "
                          f"{type(exc).__name__}: {exc}", "check the package is complete") from exc
+
+
+def probe_foreign(path: Path) -> None:
+    """Load the program (weights included) in the coremltools child; a crash is a typed error."""
+    from unframe import archives, limits, sandbox
+
+    if not path.exists():
+        raise InputError(f"{path} does not exist", "give the path of a .mlpackage or .mlmodel")
+    if path.is_dir():
+        archives.check_folder(path, "Core ML package")
+    sandbox.call(SANDBOX, _load_in_child, path, limits.max_memory(), what=f"coremltools on {path.name}",
+                 timeout=read_timeout(path), preload=preload_coremltools, crash_error=InputError,
+                 hint="the package is malformed; convert it again")
+
+
+def read_timeout(path: Path) -> float:
+    """Seconds coremltools gets to read a package (once imported): a few, plus 20 MB/s."""
+    files = [p for p in path.rglob("*") if p.is_file()] if path.is_dir() else [path]
+    return 10.0 + sum(p.stat().st_size for p in files) / 20e6
+
+
+def preload_coremltools() -> None:
+    """(In the child, before a timed call.) coremltools' import is not the reader's time."""
+    import_coremltools()
+
+
+def _load_in_child(path: Path, budget: int) -> None:
+    """(In the child.) What ``load_program`` does in the parent."""
+    from unframe import limits
+
+    with limits.memory_budget(budget):
+        load_program(path, vouched=True)
 
 
 def _open_model(ct: Any, path: Path) -> Any:
@@ -57,11 +96,12 @@ def _coremltools() -> Any:
 class MILRunner(Runner):
     """Runs a Core ML ML Program on the numpy MIL evaluator (the only way to run one on Linux)."""
 
-    def __init__(self, source: str | Path | Any, function: str = "main") -> None:
+    def __init__(self, source: str | Path | Any, function: str = "main", *, vouched: bool = False) -> None:
+        """``vouched``: ``source`` is a package unframe just wrote (not probed in a child first)."""
+        self.program = load_program(source, vouched=vouched)
         ct = _coremltools()
         self.source = source
         self.function = function
-        self.program = load_program(source)
         if function not in self.program.functions:
             raise InputError(f"{_describe(source)} has no function {function!r}",
                              f"functions: {', '.join(self.program.functions)}")

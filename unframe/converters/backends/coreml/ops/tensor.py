@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
+from unframe import limits
 from unframe.converters.backends.coreml.context import MIL_DTYPES, TranslateContext
 from unframe.converters.backends.coreml.ops import translator
 from unframe.converters.backends.coreml.ops._util import (
@@ -44,7 +45,10 @@ def dropout(ctx: TranslateContext) -> Any:
     """Inference: the input passes through; the optional mask is all true."""
     x = mb().identity(x=ctx.x(0))
     if len(ctx.node.outputs) > 1:
-        ones = mb().fill(shape=shape_of(x), value=True) if not static_dims(x.shape) \
+        static = static_dims(x.shape)
+        if static:  # a constant mask: its size comes from the model, so check it first
+            limits.check_array([int(d) for d in x.shape], bool, f"Dropout {ctx.node.name!r}'s mask")
+        ones = mb().fill(shape=shape_of(x), value=True) if not static \
             else np.ones([int(d) for d in x.shape], dtype=bool)
         return x, mb().identity(x=ones) if isinstance(ones, np.ndarray) else ones
     return x
@@ -216,8 +220,9 @@ def expand(ctx: TranslateContext) -> Any:
     m, x = mb(), ctx.x(0)
     shape = ctx.ints(1)
     if shape is not None:
-        zeros = np.zeros([max(int(s), 0) for s in shape], dtype=np_dtype_of(x))
-        return m.add(x=x, y=zeros)
+        target = [max(int(s), 0) for s in shape]
+        limits.check_array(target, np_dtype_of(x), f"Expand {ctx.node.name!r}'s target shape")
+        return m.add(x=x, y=np.zeros(target, dtype=np_dtype_of(x)))
     return m.add(x=x, y=m.fill(shape=cast(ctx.x(1), "int32"), value=scalar(0, x)))
 
 
