@@ -90,7 +90,7 @@ def test_external_range_must_match_the_tensor(tmp_path: Path):
 def test_astronomical_input_dims_are_refused_before_allocation(tmp_path: Path):
     """Was ``unexpected MemoryError: Unable to allocate 7.11 PiB``; --no-validate still converts."""
     result, before = _convert(tmp_path, mlp_model(batch=10**12))
-    _refused(result, tmp_path, before, "input 'x' [1000000000000, 4]) would take")
+    _refused(result, tmp_path, before, "largest: input 'x' [1000000000000, 4]")
     assert "--max-memory" in result.stderr
     ok, _ = _convert(tmp_path, mlp_model(batch=10**12), "--no-validate", "--force")
     assert ok.exit_code == 0, ok.output

@@ -130,12 +130,14 @@ def shape_bytes(shape: Iterable[Any], itemsize: float) -> int:
     return math.ceil(n * itemsize)
 
 
-def check_alloc(nbytes: int, what: str, hint: str = "") -> None:
-    """Refuse to allocate ``nbytes`` for ``what`` when it exceeds the memory budget."""
+def check_alloc(nbytes: int, what: str, hint: str = "", detail: str = "") -> None:
+    """Refuse to allocate ``nbytes`` for ``what`` when it exceeds the memory budget; ``detail``
+    follows the figures (the terminal cuts long messages: the figures come first)."""
     limit = max_memory()
     if nbytes > limit:
         raise ResourceLimitError(
-            f"{what} would take {human(nbytes)}, more than the {human(limit)} allowed",
+            f"{what} would take {human(nbytes)}, more than the {human(limit)} allowed"
+            + (f" ({detail})" if detail else ""),
             hint or "raise --max-memory (max_memory=) if the machine has the memory")
 
 

@@ -32,6 +32,26 @@ def is_default_domain(domain: str | None) -> bool:
     return (domain or "") in DEFAULT_DOMAINS
 
 
+def attribute_value(node: ir.Node, name: str, default: Any = None) -> Any:
+    """A node attribute as plain Python: strings decoded, tensors as numpy arrays, lists of ints
+    or floats as lists; ``default`` when the node doesn't set it."""
+    import onnx_ir as ir
+
+    a = node.attributes.get(name)
+    if a is None:
+        return default
+    value = a.value
+    if a.type == ir.AttributeType.STRING:
+        return value.decode() if isinstance(value, bytes) else value
+    if a.type == ir.AttributeType.STRINGS:
+        return [v.decode() if isinstance(v, bytes) else v for v in value]
+    if a.type == ir.AttributeType.TENSOR:
+        return value.numpy()
+    if a.type in (ir.AttributeType.INTS, ir.AttributeType.FLOATS):
+        return list(value)
+    return value
+
+
 def norm_domain(domain: str) -> str:
     """``domain`` with the default domain spelled ""."""
     return "" if domain in DEFAULT_DOMAINS else domain

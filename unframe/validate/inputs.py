@@ -60,8 +60,9 @@ def check_feed_bytes(shapes: Sequence[Mapping[str, tuple[int, ...]]], dtypes: Ma
             total += nbytes
             if nbytes > most:
                 biggest, most = f"{name!r} {list(shape)}", nbytes
-    limits.check_alloc(total, f"the parity inputs of {source} (largest: input {biggest})",
-                       "pass smaller inputs (--sample-inputs), raise --max-memory, or --no-validate")
+    limits.check_alloc(total, "the parity inputs",
+                       "pass smaller inputs (--sample-inputs), raise --max-memory, or --no-validate",
+                       detail=f"largest: input {biggest}; model {source}")
 
 
 def _is_dynamic(v: ir.Value) -> bool:

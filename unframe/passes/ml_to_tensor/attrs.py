@@ -10,6 +10,8 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
+from unframe.opset import attribute_value
+
 
 class Unsupported(Exception):
     """A lowering can't express this node; ``reason`` is one line for the blocker."""
@@ -20,19 +22,7 @@ class Unsupported(Exception):
 
 
 def attr_value(node: ir.Node, name: str, default: Any = None) -> Any:
-    a = node.attributes.get(name)
-    if a is None:
-        return default
-    value = a.value
-    if a.type == ir.AttributeType.STRING:
-        return value.decode() if isinstance(value, bytes) else value
-    if a.type == ir.AttributeType.STRINGS:
-        return [v.decode() if isinstance(v, bytes) else v for v in value]
-    if a.type == ir.AttributeType.TENSOR:
-        return value.numpy()
-    if a.type in (ir.AttributeType.INTS, ir.AttributeType.FLOATS):
-        return list(value)
-    return value
+    return attribute_value(node, name, default)
 
 
 def float_attr(node: ir.Node, name: str) -> np.ndarray | None:

@@ -19,6 +19,9 @@ from unframe.errors import InputError
 @pytest.fixture(autouse=True)
 def _trt() -> None:
     trt_or_skip()
+    # a child started outside any session (a direct parser_verdict call in an earlier test of
+    # this worker) lives until the process exits: start these tests without one
+    sandbox.close_all()
 
 
 def test_check_and_convert_share_one_child(tmp_path):

@@ -11,6 +11,7 @@ import numpy as np
 import onnx_ir as ir
 
 from unframe.errors import ConversionError
+from unframe.opset import attribute_value
 
 if TYPE_CHECKING:
     from coremltools.converters.mil.mil import Var
@@ -61,19 +62,7 @@ class TranslateContext:
 
     # -- attributes ----------------------------------------------------------------------------
     def attr(self, name: str, default: Any = None) -> Any:
-        a = self.node.attributes.get(name)
-        if a is None:
-            return default
-        v = a.value
-        if a.type == ir.AttributeType.STRING:
-            return v.decode() if isinstance(v, bytes) else v
-        if a.type == ir.AttributeType.STRINGS:
-            return [s.decode() if isinstance(s, bytes) else s for s in v]
-        if a.type == ir.AttributeType.TENSOR:
-            return v.numpy()
-        if a.type in (ir.AttributeType.INTS, ir.AttributeType.FLOATS):
-            return list(v)
-        return v
+        return attribute_value(self.node, name, default)
 
     # -- inputs --------------------------------------------------------------------------------
     def has(self, i: int) -> bool:
