@@ -399,14 +399,15 @@ class LowerStage(Stage):
     notes (provenance)."""
 
     kind = "lower"
-    RULE = "trees: GEMM depth <= 3, perfect traversal <= 10, traversal beyond"
-
-    def __init__(self, encode_strings: bool, plan: list[str] | None = None) -> None:
-        detail = "ai.onnx.ml ops -> standard ONNX (" + ("; ".join(plan) if plan else self.RULE) + ")"
+    def __init__(self, encode_strings: bool, plan: list[str] | None = None, gemm_max_depth: int = 0) -> None:
+        rule = (f"trees: GEMM depth <= {gemm_max_depth}, perfect traversal <= 10, traversal beyond"
+                if gemm_max_depth else "trees: perfect traversal depth <= 10, traversal beyond")
+        detail = "ai.onnx.ml ops -> standard ONNX (" + ("; ".join(plan) if plan else rule) + ")"
         if encode_strings:
             detail += "; string inputs/outputs -> indices, mapped on the host"
         super().__init__("unframe ml_to_tensor", detail, {"unframe": dist_version("unframe") or "?"})
         self.encode_strings = encode_strings
+        self.gemm_max_depth = gemm_max_depth
 
     def _needed(self, model: ir.Model) -> bool:
         from unframe.passes import ml_to_tensor as mlt
@@ -423,7 +424,7 @@ class LowerStage(Stage):
         work = _at_lowering_opset(model.clone())
         blockers = mlt.check(work, encode_strings=self.encode_strings)
         if not blockers:
-            mlt.lower(work, encode_strings=self.encode_strings)
+            mlt.lower(work, encode_strings=self.encode_strings, gemm_max_depth=self.gemm_max_depth)
         return blockers, work
 
     def run(self, flow: Flow) -> None:
@@ -437,7 +438,7 @@ class LowerStage(Stage):
         _at_lowering_opset(flow.model, flow)
         report = mlt.lower(flow.model, encode_strings=self.encode_strings,
                            tree_strategy=flow.settings.options.get("tree_strategy"),
-                           pin_fp32=self.encode_strings)
+                           pin_fp32=self.encode_strings, gemm_max_depth=self.gemm_max_depth)
         decided = report.strategies()
         if decided:
             self.detail = f"ai.onnx.ml ops -> standard ONNX ({'; '.join(decided)})"

@@ -329,10 +329,17 @@ def _branch_stages(route: Route, branch: Branch, request: Request, fe: Frontend)
 @dataclass
 class MLPlan:
     """Whether the graph handed to the backends may hold ai.onnx.ml ops, and for an ONNX source
-    the tree strategy of each ensemble (what --explain shows)."""
+    the model, whose tree strategies each backend's lower stage previews (what --explain shows)."""
 
     possible: bool
-    strategies: list[str] | None = None
+    model: Any = None  # the ONNX source, to preview the strategies per backend
+
+    def preview(self, gemm_max_depth: int) -> list[str] | None:
+        if self.model is None:
+            return None
+        from unframe.passes import ml_to_tensor as mlt
+
+        return mlt.preview(self.model, gemm_max_depth)
 
 
 def ml_plan(src: Any, fe: Frontend, backends: list[Backend], request: Request) -> MLPlan:
@@ -346,7 +353,7 @@ def ml_plan(src: Any, fe: Frontend, backends: list[Backend], request: Request) -
         return MLPlan(True)
     from unframe.passes import ml_to_tensor as mlt
 
-    return MLPlan(mlt.has_ml_ops(model), mlt.preview(model))
+    return MLPlan(mlt.has_ml_ops(model), model)
 
 
 def _peek_model(src: Any) -> Any:
@@ -373,7 +380,8 @@ def _lower_stage(be: Backend, request: Request, ml: MLPlan) -> pl.LowerStage | N
     if asked and request.opset is not None and request.opset < 13 and not be.tensor_only:
         raise UsageError(f"ml_to_tensor writes opset-13 ops; --opset {request.opset} is older",
                          "pass --opset 13 or newer, or drop --ml-to-tensor")
-    return pl.LowerStage(encode_strings=be.tensor_only, plan=ml.strategies)
+    return pl.LowerStage(encode_strings=be.tensor_only, plan=ml.preview(be.tree_gemm_max_depth),
+                         gemm_max_depth=be.tree_gemm_max_depth)
 
 
 def _target(be: Backend, request: Request) -> Target:

@@ -226,6 +226,10 @@ class Backend(_Component):
     # True when the runtime holds neither ai.onnx.ml ops nor strings: the route lowers them
     # (``unframe.passes.ml_to_tensor``) before the backend
     tensor_only: bool = False
+    # Deepest tree ml_to_tensor compiles with GEMM on this runtime (then perfect traversal to
+    # depth 10, traversal beyond): 0 on CPU runtimes, where perfect traversal was faster at every
+    # depth measured; hummingbird's 3 on a GPU runtime
+    tree_gemm_max_depth: int = 0
 
     @property
     def kind_name(self) -> str:

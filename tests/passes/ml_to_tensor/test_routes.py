@@ -138,7 +138,27 @@ def test_onnx_target_lowers_only_on_request() -> None:
     assert not any(s.kind == "lower" for s in plain.route.stages)
     asked = unframe.convert(model, to="onnx", sample_inputs=X[:40], ml_to_tensor=True)
     passed(asked)
-    assert "1 trees, depth 3: gemm" in lower_stage(asked).detail
+    # a CPU runtime: perfect traversal (GEMM ran a depth-3 forest 3-5x slower, bench/ml_to_tensor.py)
+    assert "1 trees, depth 3: perfect" in lower_stage(asked).detail
+    forced = unframe.convert(model, to="onnx", sample_inputs=X[:40], ml_to_tensor=True, tree_strategy="gemm")
+    passed(forced)
+    assert "1 trees, depth 3: gemm" in lower_stage(forced).detail
+
+
+def test_tree_strategy_rule_is_the_runtimes() -> None:
+    """TensorRT (a GPU runtime) keeps hummingbird's GEMM for shallow trees; CPU runtimes don't."""
+    from sklearn.tree import DecisionTreeRegressor
+
+    from unframe.converters.registry import BACKENDS
+
+    assert BACKENDS.get("tensorrt").tree_gemm_max_depth == 3
+    assert BACKENDS.get("coreml").tree_gemm_max_depth == BACKENDS.get("onnx").tree_gemm_max_depth == 0
+    model = DecisionTreeRegressor(max_depth=3, random_state=0).fit(X, Y_REG)
+    onnx_model = unframe.convert(model, to="onnx", sample_inputs=X[:40]).model
+    plans = {t: unframe.convert(onnx_model, to=t, explain=True) for t in ("coreml", "tensorrt")}
+    details = {t: next(s.detail for s in p.route.stages if s.kind == "lower") for t, p in plans.items()}
+    assert "depth 3: perfect" in details["coreml"], details
+    assert "depth 3: gemm" in details["tensorrt"], details
 
 
 def test_explain_of_an_onnx_file_shows_each_ensembles_strategy(tmp_path: Path) -> None:

@@ -24,6 +24,7 @@ from unframe.errors import Blocker, UnsupportedError
 from unframe.opset import main_opset
 from unframe.passes import KEEP_FP32
 from unframe.passes.ml_to_tensor.builder import MIN_OPSET, Emitter, Names
+from unframe.passes.ml_to_tensor.compile import GEMM_MAX_DEPTH
 from unframe.passes.ml_to_tensor.registry import LOWERINGS, ML_DOMAIN, LowerContext, Unsupported
 from unframe.version_converter.context import replace_node_outputs
 
@@ -67,7 +68,7 @@ def has_ml_ops(model: ir.Model) -> bool:
     return bool(ml_nodes(model))
 
 
-def preview(model: ir.Model) -> list[str]:
+def preview(model: ir.Model, gemm_max_depth: int = GEMM_MAX_DEPTH) -> list[str]:
     """The strategy each tree ensemble would get, without lowering (for --explain)."""
     from unframe.passes.ml_to_tensor import trees
 
@@ -79,7 +80,8 @@ def preview(model: ir.Model) -> list[str]:
             forest = trees.read(node).forest
         except Unsupported:
             continue
-        out.append(f"{node.name or node.op_type}: {trees.describe(forest, {})}")
+        options = {"gemm_max_depth": gemm_max_depth}
+        out.append(f"{node.name or node.op_type}: {trees.describe(forest, options)}")
     return out
 
 
@@ -112,8 +114,10 @@ def _blocker(node: ir.Node, reason: str, hint: str = "") -> Blocker:
 
 
 def lower(model: ir.Model, *, encode_strings: bool = False, tree_strategy: str | None = None,
-          pin_fp32: bool = False) -> LowerReport:
-    """Rewrite ``model`` in place (raises UnsupportedError with every blocker). ``pin_fp32``
+          pin_fp32: bool = False, gemm_max_depth: int = GEMM_MAX_DEPTH) -> LowerReport:
+    """Rewrite ``model`` in place (raises UnsupportedError with every blocker). Trees get
+    ``tree_strategy``, else the rule of ``compile.choose_strategy`` (GEMM up to
+    ``gemm_max_depth``, then perfect traversal to depth 10, then traversal). ``pin_fp32``
     marks every node of the graph ``KEEP_FP32``: a model that held ai.onnx.ml ops decides its
     labels by comparing scores (trees, SVM signs, argmaxes after the ML ops), and a 16-bit
     backend would move those decisions; the lowered nodes are marked either way."""
@@ -130,7 +134,7 @@ def lower(model: ir.Model, *, encode_strings: bool = False, tree_strategy: str |
     opset = main_opset(model) or MIN_OPSET
     if encode_strings:
         report.input_vocab = string_io.encode_inputs(model, names, opset)
-    options = {"tree_strategy": tree_strategy}
+    options = {"tree_strategy": tree_strategy, "gemm_max_depth": gemm_max_depth}
     for node in [n for n in graph if n.domain == ML_DOMAIN]:
         ctx = LowerContext(node, Emitter(graph, node, opset, names), options)
         try:

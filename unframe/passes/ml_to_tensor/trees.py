@@ -113,7 +113,7 @@ def strategy_of(forest: Forest, options: dict) -> str:
             raise Unsupported(f"the {forced} strategy takes trees up to depth {limit} (its tables "
                               f"grow as 2^depth); this ensemble has depth {forest.depth}")
         return str(forced)
-    return tc.choose_strategy(forest.depth)
+    return tc.choose_strategy(forest.depth, options.get("gemm_max_depth", tc.GEMM_MAX_DEPTH))
 
 
 def describe(forest: Forest, options: dict) -> str:

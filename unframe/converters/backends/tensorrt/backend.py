@@ -114,6 +114,7 @@ class TensorRTBackend(Backend):
     suffixes = (".engine", ".plan")
     canonical_opset = CANONICAL_OPSET
     tensor_only = True  # no ai.onnx.ml ops, no strings: the route lowers them first
+    tree_gemm_max_depth = 3  # a GPU runtime: hummingbird's rule (unmeasured here: no GPU)
     option_names = ("precision", "shapes", "workspace", "timing_cache", "version_compatible",
                     "hardware_compatibility", "static", "sample_shapes",
                     "builder_optimization_level")
