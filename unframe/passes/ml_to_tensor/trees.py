@@ -121,7 +121,7 @@ def describe(forest: Forest, options: dict) -> str:
 
 
 @lowering(*TREE_OPS, check=check_trees,
-          summary="GEMM (depth <= 3), perfect tree traversal (<= 10) or tree traversal, then "
+          summary="GEMM (depth <= 3, GPU runtimes), perfect tree traversal (<= 10) or tree traversal, then "
                   "Gather/Reduce of leaf weights and the post transform")
 def lower_trees(ctx: LowerContext) -> Sequence[ir.Value | None]:
     ens = read(ctx.node)
