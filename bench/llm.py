@@ -151,7 +151,8 @@ def child(case: str, folder: Path, arch: str, layers: int | None, opset: int) ->
         source = folder / ("unframe_export" if case.startswith("opset") else "synthetic") / "model.onnx"
         out = source.parent / f"{case}.onnx"  # beside the source: the anchor's data references hold
         call = lambda: convert_opset(which, source, out, opset)  # noqa: E731
-        data = [p for p in source.parent.iterdir() if p.suffix != ".onnx"]
+        data = [p for p in source.parent.iterdir()  # the source's external data file
+                if p.name.startswith(source.name) and p != source]
         before = {p.name: (p.stat().st_size, p.stat().st_mtime_ns) for p in data}
     row["before_mb"] = rss_mb()
     t0 = time.perf_counter()

@@ -9,7 +9,9 @@ token is a near-tie and token parity proves nothing).
 
 from __future__ import annotations
 
+import atexit
 import functools
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -76,6 +78,7 @@ def exported(arch: str, kv_cache: bool) -> tuple[Any, Any, Path]:
 
     model = seeded_decoder(arch)
     folder = Path(tempfile.mkdtemp(prefix=f"unframe-llm-{arch}-"))
+    atexit.register(shutil.rmtree, folder, True)  # shared by several tests: removed at exit
     path = folder / f"{arch}{'_kv' if kv_cache else ''}.onnx"
     # without a cache, generation needs a sequence axis that grows
     options: dict[str, Any] = {"kv_cache": True} if kv_cache else {
