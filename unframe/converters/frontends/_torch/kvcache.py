@@ -106,7 +106,7 @@ def prepare(module: Any, samples: Any, static: bool, what: str) -> KVExport:
     reason = refuse_reason(module)
     if reason is not None:
         raise UnsupportedError(f"{what}: {reason}", "export it without --kv-cache")
-    ids, mask = _prompt(samples, module, what)
+    ids, mask = _prompt(samples, what)
     with_positions = "position_ids" in (param_names(module) or [])
     past_len = split_point(ids.shape[1], ids.shape[0])
     assert past_len is not None  # _prompt lengthened the prompt until it splits
@@ -186,7 +186,7 @@ def positions_of(mask: Any) -> Any:
     return positions.masked_fill(mask == 0, 1)
 
 
-def _prompt(samples: Any, module: Any, what: str) -> tuple[Any, Any]:
+def _prompt(samples: Any, what: str) -> tuple[Any, Any]:
     """input_ids and attention_mask from the samples, lengthened by repetition to at least
     ``MIN_EXAMPLE_TOKENS`` tokens (the example must split into two traceable parts)."""
     import torch
