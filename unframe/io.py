@@ -70,6 +70,7 @@ def load_model(path: str | os.PathLike[str]) -> ir.Model:
     check_model(proto, str(path), path)
     model = deserialize(proto, str(path))
     ir.external_data.set_base_dir(model.graph, path.parent.resolve())
+    _LOADED_EXTERNAL_FILES.update(external_files_state(model))
     return model
 
 
@@ -98,6 +99,35 @@ def check_model(proto: onnx.ModelProto, where: str, path: Path | None = None) ->
         _refuse_external(proto, where)
     check_tensors(proto, where)
     check_graph(proto, where)
+
+
+# (size, mtime_ns) of each external data file when a model reading it was loaded: the write
+# checks them, since its lazy tensors are read from these files only then
+_LOADED_EXTERNAL_FILES: dict[str, tuple[int, int]] = {}
+
+
+def external_files_state(model: ir.Model) -> dict[str, tuple[int, int]]:
+    """(size, mtime_ns) of every file the model's external tensors are read from."""
+    state: dict[str, tuple[int, int]] = {}
+    for value in model.graph.initializers.values():
+        tensor = value.const_value
+        if isinstance(tensor, ir.ExternalTensor):
+            file = os.path.join(tensor.base_dir, tensor.location)
+            if file not in state and os.path.exists(file):
+                stat = os.stat(file)
+                state[file] = (stat.st_size, stat.st_mtime_ns)
+    return state
+
+
+def check_external_files_unchanged(model: ir.Model) -> None:
+    """Refuse a model whose external data changed since it was loaded: its weights would be
+    read half before and half after the change."""
+    for file, now in external_files_state(model).items():
+        then = _LOADED_EXTERNAL_FILES.get(file)
+        if then is not None and then != now:
+            raise InputError(f"{file} changed while converting (size or modification time differ "
+                             "from when the model was loaded); nothing was written",
+                             "convert again once nothing writes to it")
 
 
 def first_line(exc: BaseException) -> str:
@@ -647,9 +677,11 @@ def write_onnx(model: ir.Model, path: Path, *, external_data: bool | None = None
     has_ext = any(isinstance(v.const_value, ir.ExternalTensor) for v in model.graph.initializers.values())
     if external_data is None:
         external_data = has_ext or tensor_bytes(model) > EXTERNAL_DATA_THRESHOLD
+    check_external_files_unchanged(model)
     if external_data:
         data_name = f"{path.name}.data"
         ir.save(model, path, external_data=data_name, size_threshold_bytes=EXTERNAL_TENSOR_MIN_BYTES)
+        check_external_files_unchanged(model)  # read while writing: the staged copy is dropped
         return [path, path.parent / data_name]
     if has_ext:
         # Small enough to inline: read the weights into the protobuf.
@@ -659,6 +691,7 @@ def write_onnx(model: ir.Model, path: Path, *, external_data: bool | None = None
         base = _base_dir(model)
         if base:
             load_external_data_for_model(proto, base)
+        check_external_files_unchanged(model)  # read just now: the staged copy is dropped
         onnx.save(proto, path)
     else:
         ir.save(model, path)

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import onnx_ir as ir
 import pytest
 from onnx import helper
 from trt_models import cnn_model, const, make_model, torch_model, trt_or_skip, vi
@@ -218,3 +219,17 @@ def test_folding_makes_computed_reduce_axes_parseable(backend, tmp_path):
     # check asks the parser about the prepared graph, as convert will parse it: no blocker.
     _, meta = convert_and_write(backend, model, target(), tmp_path)
     assert io_of(meta, "outputs") == [("y", "FLOAT", [2])]
+
+
+def test_fp16_build_keeps_what_overflows_in_fp32_and_reports_it(backend, tmp_path):
+    """Range analysis on calibration feeds inside the TensorRT conversion: the tensors past fp16's
+    range are named in the notes and their layers build in float."""
+    from test_trt_precision import _overflowing_model
+
+    model = _overflowing_model()
+    model.graph.inputs[0].shape = ir.Shape([2, 8])  # static: no profile needed
+    artifact = backend.convert(model, target(precision="fp16"), tmp_path / "work")
+    kept = next(n for n in artifact.notes if n.startswith("kept in fp32"))
+    assert "big (max |x| 2e+05)" in kept and "h (max |x|" in kept, artifact.notes
+    types = artifact.metadata["network"]["layer_output_types"]
+    assert types.get("FLOAT", 0) >= 2 and types.get("HALF", 0) >= 1, types

@@ -126,3 +126,37 @@ def test_fp16_leaves_nodes_marked_keep_fp32_in_fp32():
     x = np.array([[1.0008], [0.5], [2.0], [1.0006]], np.float32)
     out = ort_run(lowered, {"X": x})["Y"].reshape(-1)
     np.testing.assert_array_equal(out, [2.0, -2.0, 2.0, -2.0])
+
+
+def _overflowing_model() -> ir.Model:
+    """x[N,8] -> Mul(big: 2e5, past fp16's 65504) -> h (|h| ~ 4e5) -> Mul(1e-4) -> Add(b) -> y:
+    finite and of order 1 in fp32, inf in fp16 unless both Muls stay fp32. (An intermediate
+    alone can't show it under onnxruntime's CPU kernels, which compute fp16 ops in fp32; a
+    constant past the range is cast into the graph as inf.)"""
+    rng = np.random.default_rng(3)
+    return make_model(
+        [helper.make_node("Mul", ["x", "big"], ["h"]),
+         helper.make_node("Mul", ["h", "scale"], ["s"]),
+         helper.make_node("Add", ["s", "b"], ["y"])],
+        [vi("x", ["N", 8])], [vi("y", ["N", 8])],
+        [const("big", np.full(8, 2e5, np.float32)), const("scale", np.array(1e-4, np.float32)),
+         const("b", rng.standard_normal(8).astype(np.float32))])
+
+
+def test_range_analysis_keeps_what_overflows_fp16_in_fp32_and_names_it():
+    from unframe.converters.backends.tensorrt.precision import overflowing_values
+
+    model = _overflowing_model()
+    x = np.abs(np.random.default_rng(4).standard_normal((4, 8))).astype(np.float32) + 1
+    ref = ort_run(model, {"x": x})["y"]
+    assert 1 < np.abs(ref).max() < 100  # order 1 output: the comparison means something
+    blind = ort_run(lower_precision(model.clone(), "fp16"), {"x": x})["y"]
+    assert not np.isfinite(blind).all()  # the static keep-list alone hands over inf
+
+    found = overflowing_values(model, "fp16", [{"x": x}])
+    assert set(found) == {"big", "h"} and min(found.values()) > 65504, found
+    lowered = lower_precision(model.clone(), "fp16", keep_values=found)
+    assert ir.DataType.FLOAT16 not in input_dtypes(lowered, "Mul")  # both Muls stay fp32
+    assert ir.DataType.FLOAT16 in input_dtypes(lowered, "Add")  # the rest still goes low
+    np.testing.assert_allclose(ort_run(lowered, {"x": x})["y"], ref, atol=1e-2, rtol=1e-2)
+    assert overflowing_values(model, "bf16", [{"x": x}]) == {}  # bf16 has fp32's range

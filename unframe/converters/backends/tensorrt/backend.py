@@ -174,7 +174,8 @@ class TensorRTBackend(Backend):
         if precision not in PRECISIONS:
             raise UsageError(f"unknown TensorRT precision {precision!r}",
                              f"use one of {', '.join(PRECISIONS)}")
-        prepared = lower_precision(prepare(model.clone()), precision)
+        overflow, range_notes = _range_analysis(model, precision)
+        prepared = lower_precision(prepare(model.clone()), precision, keep_values=overflow)
         profile = make_profile(prepared, target.get("shapes"), target.get("sample_shapes"),
                                bool(target.get("static", False)))
         workdir.mkdir(parents=True, exist_ok=True)
@@ -195,7 +196,8 @@ class TensorRTBackend(Backend):
         if precision != "fp32":
             notes.append(f"{precision} compute set in the graph (strongly typed network); "
                          "inputs and outputs keep their types")
-        return Artifact(kind="engine", model=result.engine, metadata=meta, notes=notes)
+        return Artifact(kind="engine", model=result.engine, metadata=meta,
+                        notes=notes + range_notes)
 
     def _metadata(self, result: Any, precision: str, profile: dict[str, Any],
                   onnx_path: Path) -> dict[str, Any]:
@@ -307,3 +309,24 @@ def support_markdown() -> list[str]:
         restrictions = r["restrictions"].replace("|", "/")
         lines.append(f"| {r['op']} | {r['status']} | {r['types']} | {restrictions} | {r['preflight']} |")
     return lines + [""]
+
+
+def _range_analysis(model: ir.Model, precision: str) -> tuple[dict[str, float], list[str]]:
+    """Tensors past fp16's range on generated calibration feeds (onnxruntime, every
+    intermediate tapped): kept in fp32 and each one reported."""
+    from unframe.converters.backends.tensorrt.precision import overflowing_values
+    from unframe.validate.inputs import generate_feeds
+
+    if precision != "fp16":
+        return {}, []
+    try:
+        overflow = overflowing_values(model, precision, generate_feeds(model))
+    except Exception as exc:  # a graph onnxruntime can't run: the static keep-list only
+        return {}, [f"fp16 range analysis skipped ({type(exc).__name__}: "
+                    f"{str(exc).splitlines()[0][:160] if str(exc) else ''}); only the static "
+                    "fp32 keep-list applies"]
+    if not overflow:
+        return {}, ["fp16 range analysis: no tensor past fp16's range on the calibration feeds"]
+    listed = ", ".join(f"{name} (max |x| {peak:.3g})" for name, peak in
+                       sorted(overflow.items(), key=lambda item: -item[1]))
+    return overflow, [f"kept in fp32, past fp16's range on the calibration feeds: {listed}"]

@@ -10,7 +10,10 @@ graph gives it. ``LowerPrecisionPass`` rewrites float32 compute to fp16 or bf16 
 - keeping any op in fp32 that TensorRT's table does not list for the low type (e.g. STFT), or
   whose float type is set by an attribute (ConstantOfShape, Random*, EyeLike), or that has a
   subgraph;
-- leaving inputs the ONNX spec fixes to float32 (Resize ``scales``) untouched.
+- leaving inputs the ONNX spec fixes to float32 (Resize ``scales``) untouched;
+- keeping in fp32 every node that reads or writes a tensor found past fp16's range by range
+  analysis on calibration feeds (``overflowing_values``: onnxruntime with every intermediate
+  tapped), e.g. an un-normalized residual stream or attention scores before a mask.
 
 Which ops go low follows TensorRT's table, not ONNX's schemas: a bf16 graph has bf16 Conv and
 Gemm, which TensorRT builds but ONNX's type constraints (and so onnxruntime) do not allow.
@@ -26,7 +29,7 @@ After::
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Mapping, Sequence
 
 import numpy as np
 import onnx_ir as ir
@@ -57,14 +60,48 @@ TYPED_BY_ATTRIBUTE = frozenset({
 })
 
 
-class LowerPrecisionPass(ir.passes.InPlacePass):
-    """Compute in ``precision`` ("fp16" or "bf16") where it is safe; see the module docstring."""
+FP16_MAX = 65504.0
+RANGE_HEADROOM = 0.5  # a tensor within 2x of fp16's largest value: the next op on it overflows
 
-    def __init__(self, precision: str) -> None:
+
+def overflowing_values(model: ir.Model, precision: str,
+                       feeds: Sequence[Mapping[str, np.ndarray]]) -> dict[str, float]:
+    """Range analysis: float tensors (initializers, graph inputs, every node output of the main
+    graph) whose largest magnitude over ``feeds`` is past what ``precision`` holds, with
+    headroom, by name -> that magnitude (inf when already non-finite). bf16 has fp32's range."""
+    if precision != "fp16":
+        return {}
+    from unframe.locate.taps import OnnxTap
+
+    peaks: dict[str, float] = {}
+
+    def note(name: str, array: np.ndarray) -> None:
+        if array.dtype.kind == "f" and array.size:
+            peak = float(np.max(np.abs(array.astype(np.float32, copy=False))))
+            peaks[name] = max(peaks.get(name, 0.0), peak if peak == peak else float("inf"))
+
+    for name, value in model.graph.initializers.items():
+        if value.const_value is not None and value.dtype == FLOAT:
+            note(name, value.const_value.numpy())  # one tensor at a time (external data: mmap)
+    tap = OnnxTap(model)
+    for feed in feeds:
+        for name, array in {**feed, **tap.values(feed)}.items():
+            note(name, np.asarray(array))
+    limit = FP16_MAX * RANGE_HEADROOM
+    return {name: peak for name, peak in peaks.items() if peak > limit}
+
+
+class LowerPrecisionPass(ir.passes.InPlacePass):
+    """Compute in ``precision`` ("fp16" or "bf16") where it is safe; see the module docstring.
+    ``keep_values``: tensor names (from ``overflowing_values``) whose readers and writer stay
+    fp32."""
+
+    def __init__(self, precision: str, keep_values: Collection[str] = ()) -> None:
         super().__init__()
         if precision not in LOW_TYPES:
             raise ValueError(f"precision must be one of {sorted(LOW_TYPES)}, not {precision!r}")
         self.low = LOW_TYPES[precision]
+        self.keep_values = frozenset(keep_values)
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         graph = model.graph
@@ -93,6 +130,8 @@ class LowerPrecisionPass(ir.passes.InPlacePass):
             return False
         if keeps_fp32(node):  # a lowered ML op's comparison or sum (unframe.passes.KEEP_FP32)
             return False
+        if any(v is not None and v.name in self.keep_values for v in [*node.inputs, *node.outputs]):
+            return False  # past fp16's range on the calibration feeds
         if any(a.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS)
                for a in node.attributes.values()):
             return False
@@ -219,12 +258,13 @@ def _to_low(array: np.ndarray, low: ir.DataType) -> np.ndarray:
     return array.astype(ml_dtypes.bfloat16)
 
 
-def lower_precision(model: ir.Model, precision: str | None) -> ir.Model:
+def lower_precision(model: ir.Model, precision: str | None,
+                    keep_values: Collection[str] = ()) -> ir.Model:
     """Apply ``LowerPrecisionPass`` unless precision is None/"fp32"."""
     import onnx_ir.passes.common as common_passes
 
     if precision in (None, "fp32"):
         return model
-    passes = ir.passes.PassManager([LowerPrecisionPass(precision),
+    passes = ir.passes.PassManager([LowerPrecisionPass(precision, keep_values),
                                     common_passes.RemoveUnusedNodesPass()])
     return passes(model).model

@@ -81,7 +81,7 @@ def prepare_hf(module: Any, samples: Any) -> list[str]:
         return []
     config.use_cache = False
     return [f"{type(module).__name__}: exported with use_cache=False (the KV cache is a "
-            "generation output; pass use_cache in the sample inputs to export it)"]
+            "generation output; --kv-cache exports it as past_key_values in, present out)"]
 
 
 _QUANT_PACKAGES = ("torch.ao.nn.quantized", "torch.ao.nn.qat", "torch.ao.nn.intrinsic.q",
