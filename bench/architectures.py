@@ -233,6 +233,19 @@ def run_child(name: str, timeout: float) -> dict[str, Any]:
     return record
 
 
+def interleave(names: list[str], families: dict[str, str]) -> list[str]:
+    """One model of each family in turn, so a run cut short still covers every family."""
+    queues: dict[str, list[str]] = defaultdict(list)
+    for name in names:
+        queues[families[name]].append(name)
+    ordered: list[str] = []
+    while any(queues.values()):
+        for queue in queues.values():
+            if queue:
+                ordered.append(queue.pop(0))
+    return ordered
+
+
 def read_journal(path: Path) -> dict[str, dict[str, Any]]:
     if not path.is_file():
         return {}
@@ -319,6 +332,7 @@ def main() -> None:
     names = [n for n, a in archs.ARCHS.items()
              if (not args.only or n in args.only) and (not args.family or a.family in args.family)
              and (args.heavy or not a.heavy or n in args.only)]
+    names = interleave(names, {n: a.family for n, a in archs.ARCHS.items()})
     args.journal.parent.mkdir(parents=True, exist_ok=True)
     done = read_journal(args.journal)
     for name in names:

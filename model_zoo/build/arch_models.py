@@ -10,7 +10,7 @@ Nothing is downloaded.
 ``heavy`` marks the keras.applications siblings whose only difference from a listed one is size
 (ConvNeXtXLarge, EfficientNetB7...): ``bench/architectures.py --heavy`` runs them too.
 
-The manifest's builders are ``arch_models.py:<name>``: ``build(out_dir, opset)`` exports through
+The manifest's builders are ``arch_models.py:build_<name>``: ``build_<name>(out_dir, opset)`` exports through
 unframe (the route under test) and writes ``model.onnx``, ``inputs.npz`` and the framework's own
 ``outputs.npz``, plus the native file where the framework saves one (``model.keras``).
 """
@@ -24,9 +24,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torchvision_shim
 from zoo_common import MODEL_FILE, save_io
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+# transformers and timm import torchvision whenever it is installed: make that import work here
+# too (`zoo build` imports this script without the test suite's hook); nothing is imported yet
+torchvision_shim.install_import_hook()
 
 VOCAB, SEQ = 64, 8
 ORDER_ONE = (0.3, 1e4)  # an output's largest magnitude must lie in this range
@@ -419,8 +423,6 @@ def hf_detr() -> tuple[Any, Any]:
 # -- torchvision (through the import shim) and timm ---------------------------------------------
 
 def _tv() -> Any:
-    import torchvision_shim
-
     return torchvision_shim.import_torchvision()
 
 
@@ -690,13 +692,19 @@ def build(name: str, out_dir: Path, opset: int) -> None:
 
 
 def _feeds(samples: Any, names: list[str]) -> dict[str, np.ndarray]:
-    values = list(samples.values()) if isinstance(samples, dict) else _leaves(list(samples))
+    if isinstance(samples, dict):
+        values = list(samples.values())
+    elif isinstance(samples, np.ndarray):  # one Keras input
+        values = [samples]
+    else:
+        values = _leaves(list(samples))
     arrays = [np.asarray(v.numpy() if hasattr(v, "numpy") else v) for v in values]
     return dict(zip(names, arrays, strict=False))
 
 
-def __getattr__(name: str) -> Callable[[Path, int], None]:
-    """``arch_models.py:<name>`` in the manifest: the builder of that architecture."""
-    if name in ARCHS:
+def __getattr__(attr: str) -> Callable[[Path, int], None]:
+    """``arch_models.py:build_<name>`` in the manifest: the builder of that architecture."""
+    name = attr.removeprefix("build_")
+    if attr.startswith("build_") and name in ARCHS:
         return lambda out_dir, opset: build(name, out_dir, opset)
-    raise AttributeError(name)
+    raise AttributeError(attr)
