@@ -28,6 +28,8 @@ from unframe.zoo.manifest import ZooEntry, read_manifest
 FRAMEWORK_MODULES: dict[str, tuple[str, ...]] = {
     "torch": ("torch",),
     "keras": ("tensorflow", "keras", "tf2onnx"),
+    # installed with --no-deps: its tensorflow-text requirement pulls the full tensorflow wheel
+    "keras-hub": ("tensorflow", "keras", "tf2onnx", "keras_hub"),
     "sklearn": ("sklearn", "skl2onnx"),
     "onnx": ("onnx",),
 }
