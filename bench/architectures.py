@@ -122,7 +122,8 @@ def _success(result: Any) -> dict[str, Any]:
     seconds = sum(v for k, v in result.timings.items() if not k.startswith("parity") and k != "total")
     entry = {"ok": True, "exit": 0, "convert_s": seconds, "parity": last.status if last else "",
              "max_abs": last.max_abs if last else None, "rel": last.rel_to_scale if last else None,
-             "candidate": last.candidate if last else ""}
+             "candidate": last.candidate if last else "",
+             "stages_s": {k: round(v, 3) for k, v in result.timings.items()}}
     return entry
 
 
@@ -130,7 +131,9 @@ def _failure(code: int, exc: BaseException) -> dict[str, Any]:
     blockers = getattr(exc, "blockers", None) or (getattr(exc, "details", {}) or {}).get("blockers") or []
     ops = sorted({b["op"] if isinstance(b, dict) else b.op for b in blockers})
     message = " ".join(str(exc).split())[:300]
-    return {"ok": False, "exit": code, "message": f"{type(exc).__name__}: {message}", "blocker_ops": ops}
+    reasons = sorted({f"{b.op}: {b.reason}"[:200] for b in blockers if not isinstance(b, dict)})[:4]
+    return {"ok": False, "exit": code, "message": f"{type(exc).__name__}: {message}", "blocker_ops": ops,
+            "blockers": reasons}
 
 
 def _route(call: Any) -> dict[str, Any]:
