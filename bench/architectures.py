@@ -1,7 +1,7 @@
 """Every architecture of the public-architecture set (model_zoo/build/arch_models.py) on every
 route, one model at a time in a child process (built, converted, freed before the next).
 
-    .venv/bin/python bench/architectures.py [--only NAME ...] [--family F ...] [--heavy]
+    .venv/bin/python bench/architectures.py [--only NAME ...] [--family F ...] [--heavy] [--jobs N]
         [--journal bench/out/architectures.jsonl] [--out docs/benchmarks/architectures.md]
 
 Routes per model, each with parity on (the stage before as the reference):
@@ -31,6 +31,7 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
@@ -322,6 +323,7 @@ def main() -> None:
     parser.add_argument("--family", nargs="*", default=[])
     parser.add_argument("--heavy", action="store_true", help="also the larger keras.applications siblings")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per model")
+    parser.add_argument("--jobs", type=int, default=1, help="models at once (a child process each)")
     parser.add_argument("--journal", type=Path, default=ROOT / "bench" / "out" / "architectures.jsonl")
     parser.add_argument("--rerun", action="store_true", help="run models already in the journal again")
     parser.add_argument("--out", type=Path, default=None)
@@ -342,15 +344,15 @@ def main() -> None:
     names = interleave(names, {n: a.family for n, a in archs.ARCHS.items()})
     args.journal.parent.mkdir(parents=True, exist_ok=True)
     done = read_journal(args.journal)
-    for name in names:
-        if name in done and not args.rerun:
-            continue
-        record = run_child(name, args.timeout)
-        done[name] = record
-        with args.journal.open("a") as f:
-            f.write(json.dumps(record, default=str) + "\n")
-        summary = {k: ("ok" if v["ok"] else f"exit {v['exit']}") for k, v in record.get("routes", {}).items()}
-        print(f"{name}: {record.get('error') or summary} ({record.get('wall_s', 0):.0f} s)", flush=True)
+    todo = [n for n in names if args.rerun or n not in done]
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:  # each job is a child process
+        for future in as_completed([pool.submit(run_child, name, args.timeout) for name in todo]):
+            record = future.result()
+            done[record["name"]] = record
+            with args.journal.open("a") as f:
+                f.write(json.dumps(record, default=str) + "\n")
+            summary = {k: ("ok" if v["ok"] else f"exit {v['exit']}") for k, v in record.get("routes", {}).items()}
+            print(f"{record['name']}: {record.get('error') or summary} ({record.get('wall_s', 0):.0f} s)", flush=True)
     families = {n: a.family for n, a in archs.ARCHS.items()}
     records = [done[n] for n in archs.ARCHS if n in done]
     text = table(records, families)
