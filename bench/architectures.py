@@ -10,7 +10,8 @@ Routes per model, each with parity on (the stage before as the reference):
 - Keras models: ``onnx`` and ``coreml``;
 - the exported ONNX file to opsets 13, 11 and 25 (``unframe.convert_opset``, parity by onnxruntime).
 
-A route either succeeds or fails with unframe's exit code (any exception that is not an unframe
+The divergence locator is off (a parity failure is recorded, not located: locating one can take
+minutes). A route either succeeds or fails with unframe's exit code (any exception that is not an unframe
 error counts as exit 1). The time ratio is unframe's CoreML conversion time (every stage but the
 parity checks) over the anchor: the bare exporter (``torch.onnx.export`` with the exporter
 unframe ended up using, or tf2onnx) plus coremltools' own time in the same run (its converter on
@@ -90,7 +91,8 @@ def _convert_targets(model: Any, samples: Any, arch: Any, targets: list[str], fo
 
     out = folder / "targets"
     try:
-        multi = unframe.convert(model, to=targets, sample_inputs=samples, output=out, **arch.options)
+        multi = unframe.convert(model, to=targets, sample_inputs=samples, output=out, locate=False,
+                                **arch.options)
     except PartialFailure as exc:
         multi = exc.result
     except UnframeError as exc:  # before the fork (load, export): every target fails alike
@@ -359,7 +361,21 @@ def main() -> None:
     print(text)
     print(failures(records))
     if args.out is not None:
-        args.out.write_text(text + "\n\nFailures:\n\n" + failures(records) + "\n")
+        args.out.write_text(page(text, records, sys.argv[1:]))
+
+
+def page(text: str, records: list[dict[str, Any]], argv: list[str]) -> str:
+    """The measured part of docs/benchmarks/architectures.md: command, when, load, table, failures."""
+    import datetime
+    import platform
+
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    walls = [r.get("wall_s", 0.0) for r in records]
+    command = " ".join(["python bench/architectures.py", *[a for a in argv if a != "--rerun"]])
+    return (f"Command: `{command}`  \n"
+            f"Written {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC on {platform.node()} "
+            f"({os.cpu_count()} CPUs), load average at the end {load}; {len(records)} models, "
+            f"{sum(walls) / 60:.0f} min of worker time.\n\n{text}\n\nFailures:\n\n{failures(records)}\n")
 
 
 if __name__ == "__main__":
