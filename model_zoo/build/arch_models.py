@@ -563,8 +563,8 @@ def kerashub_resnet() -> tuple[Any, Any]:
     import keras_hub
 
     keras.utils.set_random_seed(0)
-    model = keras_hub.models.ResNetBackbone(input_conv_filters=[16], input_conv_kernel_sizes=[3],
-                                            stackwise_num_filters=[16, 32], stackwise_num_blocks=[1, 1],
+    model = keras_hub.models.ResNetBackbone(input_conv_filters=[64], input_conv_kernel_sizes=[3],
+                                            stackwise_num_filters=[64, 32], stackwise_num_blocks=[1, 1],
                                             stackwise_num_strides=[1, 2], block_type="basic_block",
                                             use_pre_activation=False, image_shape=(32, 32, 3))
     images = _keras_images(32)

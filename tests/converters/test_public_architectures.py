@@ -20,16 +20,16 @@ from unframe.api import PartialFailure
 
 BUILD = Path(__file__).resolve().parents[2] / "model_zoo" / "build"
 
-# (architecture, family): the cheapest of each family that still has its family's distinctive ops;
-# the HF text families are covered by test_hf_text_models.py (BERT, DistilBERT, Llama, Qwen2, T5)
+# (architecture, family): the cheapest of each family that still has its family's distinctive ops.
+# The HF text encoders and encoder-decoders are covered by test_hf_text_models.py (BERT,
+# DistilBERT, Llama, Qwen2, T5); segmentation and detection models take minutes each and are left
+# to bench/architectures.py.
 FAST = [
-    ("hf_deberta_v2", "hf-encoder"),
     ("hf_gemma", "hf-decoder"),
     ("hf_wav2vec2", "hf-audio"),
     ("hf_vit", "hf-vision"),
     ("tv_squeezenet1_1", "torchvision-classification"),
-    ("tv_lraspp_mobilenet_v3_large", "torchvision-segmentation"),
-    ("timm_mobilevit_xxs", "timm-classification"),
+    ("timm_resnet18", "timm-classification"),
     ("keras_mobilenet", "keras-applications"),
     ("keras_subclassed_encoder", "keras-subclassed"),
     ("kerashub_vit", "keras-hub"),
