@@ -70,6 +70,7 @@ def run_model(name: str, folder: Path) -> dict[str, Any]:
     onnx_path = _convert_targets(model, samples, arch, targets, folder, record)
     record["ct_s"] = sum(ct_seconds)
     record["bare_export_s"] = _bare_export(model, samples, arch, folder, record)
+    record["anchor"] = "dynamic batch"
     for opset in OPSETS:
         key = f"opset{opset}"
         if onnx_path is None:
@@ -180,7 +181,8 @@ def _time_coremltools() -> list[float]:
 
 
 def _bare_export(model: Any, samples: Any, arch: Any, folder: Path, record: dict[str, Any]) -> float | None:
-    """The exporter alone, as a user would call it."""
+    """The exporter alone, as a user would call it for the same result (torch: a dynamic batch
+    axis with dynamo; Keras: tf2onnx with a free batch dimension)."""
     t = time.perf_counter()
     try:
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
@@ -199,9 +201,14 @@ def _bare_torch(model: Any, samples: Any, arch: Any, folder: Path, record: dict[
 
     args, kwargs = ((), samples) if isinstance(samples, dict) else (tuple(samples), {})
     dynamo = arch.options.get("exporter") != "torchscript" and record.get("export_route") != "torchscript"
+    extra: dict[str, Any] = {}
+    if dynamo:  # a batch axis free to vary, as unframe exports it
+        batch = {0: torch.export.Dim.AUTO}
+        extra["dynamic_shapes"] = ({k: batch for k in kwargs} if kwargs
+                                   else tuple(batch if isinstance(a, torch.Tensor) else None for a in args))
     with torch.no_grad():
         torch.onnx.export(model, args, str(folder / "bare.onnx"), kwargs=kwargs or None, dynamo=dynamo,
-                          opset_version=18 if dynamo else 17)
+                          opset_version=18 if dynamo else 17, **extra)
 
 
 def _bare_keras(model: Any, samples: Any) -> None:
