@@ -29,6 +29,11 @@ def _torchvision_shim() -> None:
 
 
 _torchvision_shim()
+# the same for the processes the tests spawn (callbacks' conversion workers): tests/_site holds a
+# sitecustomize that installs the hook at their start-up
+_SITE = str(Path(__file__).resolve().parent / "_site")
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    [_SITE] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
 
 
 @pytest.fixture

@@ -41,7 +41,7 @@ from unframe.converters.base import (
 from unframe.distributions import dist_version
 from unframe.errors import ParityError, UnsupportedError
 from unframe.opset import main_opset
-from unframe.validate.compare import ParityReport, StageParity, compare
+from unframe.validate.compare import FAILED, ParityReport, StageParity, compare
 from unframe.validate.runner import Runner
 
 if TYPE_CHECKING:
@@ -245,6 +245,12 @@ class Stage:
         return {"exact": export.exact_outputs if export else (),
                 "defaults": export.tolerances if export else None}
 
+    def decode_steps(self, flow: Flow) -> int:
+        """Greedy tokens the parity stage after this one compares for a decoder."""
+        from unframe.validate.generate import DEFAULT_STEPS
+
+        return DEFAULT_STEPS
+
     @property
     def label(self) -> str:
         return f"{self.kind}: {self.tool}"
@@ -416,6 +422,9 @@ class BackendStage(Stage):
         return {**super().compare_options(flow),
                 "default_fn": lambda dt: self.backend.tolerance(dt, self.target)}
 
+    def decode_steps(self, flow: Flow) -> int:
+        return self.backend.decode_steps(self.target)
+
 
 def _sample_shapes(flow: Flow) -> dict[str, tuple[int, ...]] | None:
     feeds = flow.export.feeds if flow.export is not None and flow.export.feeds else None
@@ -454,8 +463,36 @@ class ParityStage(Stage):
             result = self._redraw(flow, ref, candidate, result)
         if not result and flow.settings.locate:
             flow.divergence = locate_failure(self.checks, flow, result)
+        if result:
+            self._generate(flow, ref, candidate, result)
         flow.record(result)
         flow.reference = candidate
+
+    def _generate(self, flow: Flow, ref: Runner, candidate: Runner, result: StageParity) -> None:
+        """A decoder's tokens: greedy generation on both sides (``unframe.validate.generate``)."""
+        from unframe.validate.generate import DecoderSignature, compare_generation
+
+        graph = flow.model.graph if flow.model is not None else None
+        if graph is None:
+            return
+        inputs = [v for v in graph.inputs if v.name not in graph.initializers]
+        sig = DecoderSignature.of([v.name for v in inputs], [v.name for v in graph.outputs])
+        logits = next((o for o in result.outputs if sig is not None and o.name == sig.logits), None)
+        if sig is None or logits is None:
+            return
+        ids = next(v for v in inputs if v.name == "input_ids")
+        if ids.shape is None or len(ids.shape) != 2 or isinstance(ids.shape[1], int):
+            note = ("greedy-token parity skipped: input_ids has a fixed sequence length (export "
+                    "with --kv-cache, or --dynamic input_ids:1 --dynamic attention_mask:1)")
+            if note not in flow.notes:
+                flow.notes.append(note)
+            return
+        result.generation = compare_generation(ref, candidate, sig, flow.feeds[0],
+                                               self.checks.decode_steps(flow),
+                                               (logits.atol, logits.rtol))
+        if not result.generation:
+            result.status = FAILED
+            result.reason = f"greedy generation: {result.generation.reason}"
 
     def _compare(self, flow: Flow, ref: Runner, candidate: Runner, feeds: list[dict[str, Any]]
                  ) -> StageParity:
@@ -614,7 +651,7 @@ def parity_summary(report: ParityReport) -> dict[str, Any]:
     return {"passed": bool(report), "stages": [
         {"stage": s.stage, "status": s.status, "reference": s.reference, "candidate": s.candidate,
          "max_abs": s.max_abs, "max_rel": s.max_rel, "scale": s.scale, "cases": s.cases,
-         "reason": s.reason}
+         "reason": s.reason, **({"generation": s.generation.summary()} if s.generation else {})}
         for s in report.stages]}
 
 

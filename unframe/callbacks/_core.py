@@ -280,7 +280,9 @@ class BackgroundConverter:
     def __init__(self, recipe: Recipe | None, options: dict[str, Any], *, background: bool = True,
                  raise_errors: bool = False, inline_model: Any = None) -> None:
         self.recipe = recipe
-        self.options = dict(options)
+        # The locator is off by default here: it would add seconds to minutes to every failing
+        # epoch and write a debug folder beside each checkpoint. Pass locate=True to have it.
+        self.options = {"locate": False, **options}
         self.background = background
         self.raise_errors = raise_errors
         self.inline_model = inline_model  # background=False: the live model (convert() guards it)

@@ -171,6 +171,7 @@ CONVERSION_OPTIONS = [
     click.option("--static", is_flag=True, help="Freeze every dimension to the sample shapes."),
     click.option("--dynamic", multiple=True, metavar="NAME:AXIS[:DIM]", help="Make another axis dynamic (torch)."),
     click.option("--exporter", type=click.Choice(["dynamo", "torchscript"]), help="torch: force an exporter."),
+    click.option("--kv-cache", is_flag=True, default=None, help="torch: export a Hugging Face decoder with its KV cache (past_key_values in, present out)."),
     click.option("--model", "model_factory", metavar="MODULE:FACTORY", help="torch: builds the model for a state dict (--trust)."),
     click.option("--signature", help="tf: SavedModel signature (default serving_default)."),
     click.option("--nchw-inputs", is_flag=True, default=None, help="tf: transpose NHWC image inputs to NCHW at the graph edge."),

@@ -276,6 +276,11 @@ class Backend(_Component):
         """Backend-specific default (atol, rtol) for a dtype, e.g. looser for fp16 compute."""
         return None
 
+    def decode_steps(self, target: Target) -> int:
+        """Greedy tokens compared against ONNX for a decoder (``unframe.validate.generate``):
+        fewer for a runner that is slow per step (the MIL evaluator)."""
+        return 32
+
     def stamp(self, artifact: Artifact, provenance: dict[str, str]) -> None:
         """Record provenance in the artifact (metadata_props, user metadata, sidecar...)."""
         artifact.metadata.update(provenance)

@@ -68,14 +68,20 @@ class StageParity:
     cases: int = 0  # how many feeds were compared (e.g. two batch sizes)
     reason: str = ""  # why it failed or was skipped
     feeds_note: str = ""  # which feeds were used when the first ones gave a degenerate reference
+    # a decoder's greedy tokens on both sides (unframe.validate.generate.GenerationParity)
+    generation: Any = None
 
     def __bool__(self) -> bool:
         return self.status != FAILED
 
     @property
     def weak(self) -> list[str]:
-        """Why a passed stage proves little: one reason per degenerate output."""
-        return [f"output {o.name!r}: {o.weak}" for o in self.outputs if o.weak]
+        """Why a passed stage proves little: one reason per degenerate output, and a greedy
+        generation that parted at a near-tie."""
+        weak = [f"output {o.name!r}: {o.weak}" for o in self.outputs if o.weak]
+        if self.generation is not None and self.generation.status == "tie":
+            weak.append(f"greedy generation: {self.generation.reason}")
+        return weak
 
     @property
     def max_abs(self) -> float:
@@ -110,6 +116,8 @@ class StageParity:
                 f"{self.scale:.3g})")
         if self.top1 is not None:
             text += f", top-1 agrees on {self.top1:.0%}"
+        if self.generation is not None:
+            text += f"; {self.generation.summary()}"
         if self.weak:
             text += f"; WEAK: {'; '.join(self.weak)}"
         return text

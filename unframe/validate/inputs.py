@@ -51,7 +51,17 @@ def _shape(v: ir.Value, fill: int, source: str) -> tuple[int, ...]:
         raise UsageError(
             f"input {v.name!r} of {source} has no shape, so parity inputs can't be generated",
             "pass sample inputs (--sample-inputs FILE.npz) or --inputs name:shape:dtype")
-    return tuple(d if isinstance(d, int) else fill for d in v.shape)
+    return tuple(_dim_size(d, fill) for d in v.shape)
+
+
+def _dim_size(dim: int | ir.SymbolicDim, fill: int) -> int:
+    """Every named dim gets ``fill``; one named as a sum of names (optimum's
+    ``past_sequence_length + sequence_length`` of a KV-cache decoder's mask) gets their sum, so
+    that the inputs agree with each other."""
+    if isinstance(dim, int):
+        return dim
+    terms = str(dim.value).split(" + ") if dim.value is not None else []
+    return fill * len(terms) if len(terms) > 1 and all(t.isidentifier() for t in terms) else fill
 
 
 def random_tensor(rng: np.random.Generator, shape: tuple[int, ...], dt: ir.DataType | None) -> np.ndarray:

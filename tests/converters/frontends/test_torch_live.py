@@ -257,3 +257,33 @@ def test_hf_model_with_cache_exports_without_it_and_keeps_its_config() -> None:
     assert [v.name for v in result.model.graph.outputs] == ["logits"]  # the ModelOutput's key
     assert any("use_cache=False" in n for n in result.notes)
     assert model.config.use_cache is True and fingerprint(model) == before
+
+
+def test_large_weights_are_kept_on_disk_and_restored_from_there(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past SPILL_BYTES the guard's copy goes to an unlinked temporary file, not to memory (a
+    1B-parameter model would double its RSS): a stage that changed the weights is still undone."""
+    from unframe.converters.frontends._torch import preserve as guard
+
+    model, _, x, _ = trained()
+    before = fingerprint(model)
+    monkeypatch.setattr(guard, "SPILL_BYTES", 0)
+    monkeypatch.setattr(guard, "check_copy_fits", lambda *a, **k: pytest.fail("copied to memory"))
+    spills: list[Any] = []
+    real_open = guard._Spill.open
+    monkeypatch.setattr(guard._Spill, "open", classmethod(
+        lambda cls, n, w: spills.append(real_open(n, w)) or spills[-1]))
+
+    def changes_weights(self: pl.ParityStage, flow: pl.Flow) -> None:
+        with torch.no_grad():
+            model.l1.weight.data.mul_(3.0)  # through .data: no version bump to notice
+            model.bn.running_mean.add_(1.0)
+        raise ConversionError("stop", "")
+
+    monkeypatch.setattr(pl.ParityStage, "run", changes_weights)
+    with pytest.raises(ConversionError):
+        unframe.convert(model, to="onnx", sample_inputs=x, output=tmp_path / "m.onnx")
+    assert fingerprint(model) == before
+    assert len(spills) == 1 and spills[0].offset == sum(
+        t.numel() * t.element_size() for t in guard._unique_tensors(list(model.modules())))
+    assert spills[0].file.closed

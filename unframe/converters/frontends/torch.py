@@ -19,6 +19,7 @@ import onnx_ir as ir
 from unframe.converters.base import ConvertOptions, ExportResult, Frontend, InputSpec
 from unframe.converters.frontends._torch import export as exp
 from unframe.converters.frontends._torch import inputs as inp
+from unframe.converters.frontends._torch import kvcache
 from unframe.converters.frontends._torch import precision as prec
 from unframe.converters.frontends._torch.runner import (
     TorchRunner,
@@ -58,7 +59,7 @@ class TorchFrontend(Frontend):
     suffixes = (".pt2", ".pt", ".pth")
     object_types = ("torch.nn.modules.module.Module",
                     "torch.export.exported_program.ExportedProgram")
-    option_names = ("exporter", "model_factory", "dynamic", "output_names", "precision")
+    option_names = ("exporter", "model_factory", "dynamic", "output_names", "precision", "kv_cache")
 
     def distributions(self) -> tuple[str, ...]:
         return ("torch", "onnxscript", "onnx-ir")
@@ -110,20 +111,29 @@ class TorchFrontend(Frontend):
     def to_onnx(self, native: Any, spec: InputSpec, opts: ConvertOptions) -> ExportResult:
         what = self.describe(native)
         notes = list(_LOAD_NOTES.get(native, []))
-        notes += prepare_hf(native, spec.samples)
         cast = prec.apply(native, opts.get("precision"), what)  # in place: the guard restores it
-        inputs = self._inputs(native, _with_option_dynamic(spec, opts), what)
+        module = native  # what is exported and run for parity: the model, or its KV-cache wrapper
+        if opts.get("kv_cache"):
+            kv = kvcache.prepare(native, self._samples(native, spec), spec.static, what)
+            module, inputs, given_outputs = kv.module, kv.inputs, kv.output_names
+            notes += kv.notes
+        else:
+            notes += prepare_hf(native, spec.samples)
+            inputs = self._inputs(native, _with_option_dynamic(spec, opts), what)
+            given_outputs = opts.get("output_names")
         if cast is not None:
             notes.append(cast.note)
             prec.cast_inputs(inputs, cast)
-        inp.to_device(inputs, device_of(callable_of(native)))  # a CUDA model is exported there
-        eager = run_model(callable_of(native), inputs.args, inputs.kwargs, what)
-        outputs = inp.output_names(eager, opts.get("output_names"))
+        inp.to_device(inputs, device_of(callable_of(module)))  # a CUDA model is exported there
+        eager = run_model(callable_of(module), inputs.args, inputs.kwargs, what)
+        outputs = inp.output_names(eager, given_outputs)
         if _is_exported_program(native) and (spec.dynamic or spec.static):
             notes.append("an ExportedProgram's shapes were fixed by torch.export; "
                          "--static/--dynamic don't change them")
-        model, route, workdir = self._export(native, inputs, outputs, opts, notes, what)
+        model, route, workdir = self._export(module, inputs, outputs, opts, notes, what)
         self._adopt_graph_names(model, inputs, outputs, what)
+        if module is not native:
+            kvcache.name_dims(model)
         dynamic_batch = _batch_is_dynamic(model, inputs)
         if inputs.batch is not None and not dynamic_batch:  # (--static leaves inputs.batch None)
             notes.append(_static_batch_note(native))
@@ -131,7 +141,7 @@ class TorchFrontend(Frontend):
             workdir = workdir or exp.new_workdir()
             model = exp.externalize(model, Path(workdir.name))
             notes.append("weights past 2 GB: kept in external data")
-        extra: dict[str, Any] = {"inputs": inputs, "output_names": outputs}
+        extra: dict[str, Any] = {"inputs": inputs, "output_names": outputs, "module": module}
         if workdir is not None and exp.has_external_data(model):
             extra["workdir"] = workdir  # the lazy tensors live there; keep it while the result does
         elif workdir is not None:
@@ -140,12 +150,15 @@ class TorchFrontend(Frontend):
                             opset=main_opset(model), tool_versions=self.versions(),
                             notes=notes, feeds=inp.feeds(inputs, dynamic_batch), extra=extra)
 
+    def _samples(self, native: Any, spec: InputSpec) -> Any:
+        return spec.samples if spec.samples is not None else (
+            None if spec.tensors else default_samples(native))
+
     def _inputs(self, native: Any, spec: InputSpec, what: str) -> inp.ModelInputs:
         import torch
 
         fn = callable_of(native)
-        samples = spec.samples if spec.samples is not None else (
-            None if spec.tensors else default_samples(native))
+        samples = self._samples(native, spec)
         if samples is not None:
             args, kwargs = inp.from_samples(fn, samples, what)
         elif spec.tensors:
@@ -231,8 +244,8 @@ class TorchFrontend(Frontend):
         outputs[:] = [v.name for v in model.graph.outputs]
 
     def runner(self, native: Any, export: ExportResult) -> Runner:
-        return TorchRunner(native, export.extra["inputs"], export.extra["output_names"],
-                           self.describe(native))
+        return TorchRunner(export.extra.get("module", native), export.extra["inputs"],
+                           export.extra["output_names"], self.describe(native))
 
     def tap(self, native: Any, export: ExportResult) -> Any:
         from unframe.locate.torch_tap import TorchTap

@@ -137,6 +137,9 @@ class CoreMLBackend(Backend):
         return MilTap(artifact.path, json.loads(artifact.metadata["unframe.io"]),
                       json.loads(artifact.metadata.get("unframe.values", "{}")))
 
+    def decode_steps(self, target: Target) -> int:
+        return 5  # a prefill and 4 decode steps: the MIL evaluator takes seconds per step
+
     def tolerance(self, dtype: np.dtype, target: Target) -> tuple[float, float] | None:
         if _precision(target) == "fp16" and np.dtype(dtype).kind == "f":
             return (2e-2, 2e-2)  # fp16 compute: ~3 significant digits per op, accumulated

@@ -9,7 +9,10 @@ What is restored, for the object handed in and every submodule (wrappers include
 - every parameter and buffer bit for bit (BatchNorm running stats included), its storage,
   device, dtype, ``requires_grad`` and ``.grad``. Values are copied to the CPU first (the memory
   this needs is checked before copying) and written back only where they changed, so that an
-  autograd graph the training loop still holds is not invalidated;
+  autograd graph the training loop still holds is not invalidated. Weights past ``SPILL_BYTES``
+  in all are copied to an unlinked temporary file instead (the disk it needs is checked first):
+  a copy in memory would double the resident size of a 1B-parameter model, and the export
+  needs that memory itself;
 - the torch RNG (CPU and CUDA), numpy's and Python's, grad mode and the default dtype.
 
 Inside, the model is in eval mode and autocast is off: the export and the parity runs see the
@@ -19,11 +22,16 @@ model's own precision.
 from __future__ import annotations
 
 import contextlib
+import shutil
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import IO, Any
 
+from unframe.errors import UsageError
 from unframe.preserve import PythonRng, check_copy_fits
+
+SPILL_BYTES = 512 * 2**20  # weights above this in all are kept on disk, not in memory
 
 # module.__dict__ entries that hold hooks: dicts whose contents are restored in place, since
 # RemovableHandles refer to these very dict objects.
@@ -34,7 +42,7 @@ _TREE_DICTS = ("_parameters", "_buffers", "_modules", "_non_persistent_buffers_s
 class _TensorState:
     tensor: Any
     alias: Any  # shares the original storage: restores it if the tensor's data was replaced
-    copy: Any  # a CPU copy of the values
+    copy: Any  # a CPU copy of the values, or a _Spilled one on disk
     version: int
     requires_grad: bool
     grad: Any
@@ -58,6 +66,7 @@ class TorchState:
     python_rng: PythonRng | None = None
     grad_enabled: bool = True
     default_dtype: Any = None
+    spill: _Spill | None = None
 
     @classmethod
     def capture(cls, root: Any | None, what: str) -> TorchState:
@@ -70,10 +79,13 @@ class TorchState:
         if root is not None:
             modules = list(root.modules())
             tensors = _unique_tensors(modules)
-            check_copy_fits(sum(t.numel() * t.element_size() for t in tensors
-                                if t.device.type != "meta"), what)
+            nbytes = sum(t.numel() * t.element_size() for t in tensors if t.device.type != "meta")
+            if nbytes > SPILL_BYTES:
+                state.spill = _Spill.open(nbytes, what)
+            else:
+                check_copy_fits(nbytes, what)
             state.modules = [_module_state(m) for m in modules]
-            state.tensors = [_tensor_state(t) for t in tensors]
+            state.tensors = [_tensor_state(t, state.spill) for t in tensors]
             state.configs = _configs(modules)
         return state
 
@@ -88,6 +100,8 @@ class TorchState:
         with torch.no_grad():
             for ts in self.tensors:
                 _restore_tensor(ts)
+        if self.spill is not None:
+            self.spill.file.close()  # unlinked already: this frees the disk
         torch.set_rng_state(self.rng)
         if self.cuda_rng is not None:
             torch.cuda.set_rng_state_all(self.cuda_rng)
@@ -129,14 +143,66 @@ def _module_state(module: Any) -> _ModuleState:
     return _ModuleState(module, module.training, dict(vars(module)), dicts)
 
 
-def _tensor_state(t: Any) -> _TensorState:
+def _tensor_state(t: Any, spill: _Spill | None) -> _TensorState:
     import torch
 
     copy = None
     if t.device.type != "meta":  # an uninitialized (lazy) tensor has no values to keep
         with torch.no_grad():
-            copy = t.detach().to("cpu", copy=True)
+            copy = spill.save(t) if spill is not None else t.detach().to("cpu", copy=True)
     return _TensorState(t, t.detach(), copy, t._version, t.requires_grad, t.grad)
+
+
+@dataclass
+class _Spilled:
+    """A tensor's bytes at ``offset`` in the spill file."""
+
+    spill: _Spill
+    offset: int
+    dtype: Any
+    shape: tuple[int, ...]
+
+    def load(self) -> Any:
+        import torch
+
+        flat = torch.empty(int(torch.Size(self.shape).numel()), dtype=self.dtype)
+        raw = flat.view(torch.uint8).numpy() if flat.numel() else None
+        if raw is not None:
+            self.spill.file.seek(self.offset)
+            self.spill.file.readinto(memoryview(raw))
+        return flat.view(self.shape)
+
+
+@dataclass
+class _Spill:
+    """CPU copies of the weights in one unlinked temporary file (gone with the process, even on
+    a crash): written once, read back one tensor at a time on restore."""
+
+    file: IO[bytes]
+    offset: int = 0
+
+    @classmethod
+    def open(cls, nbytes: int, what: str) -> _Spill:
+        folder = tempfile.gettempdir()
+        free = shutil.disk_usage(folder).free
+        if nbytes > free * 0.9:
+            raise UsageError(f"{what} holds {nbytes / 1e9:.2f} GB of weights; keeping a copy to "
+                             f"restore it after the conversion needs that much disk in {folder} "
+                             f"({free / 1e9:.2f} GB free)",
+                             "set TMPDIR to a folder with room, or save a checkpoint and convert "
+                             "the file instead")
+        return cls(tempfile.TemporaryFile(prefix="unframe-weights-"))
+
+    def save(self, t: Any) -> _Spilled:
+        import torch
+
+        host = t.detach().to("cpu").contiguous()  # a device tensor passes through the CPU alone
+        spilled = _Spilled(self, self.offset, host.dtype, tuple(host.shape))
+        if host.numel():
+            self.file.seek(self.offset)
+            self.file.write(memoryview(host.reshape(-1).view(torch.uint8).numpy()))
+            self.offset += host.numel() * host.element_size()
+        return spilled
 
 
 def _restore_module(ms: _ModuleState) -> None:
@@ -171,8 +237,9 @@ def _restore_tensor(ts: _TensorState) -> None:
     if (t.data_ptr() != ts.alias.data_ptr() or t.dtype != ts.alias.dtype
             or t.device != ts.alias.device or t.shape != ts.alias.shape):
         t.data = ts.alias  # the original storage, device and dtype
-    if ts.copy is not None and (t._version != ts.version or not same_bits(t.detach(), ts.copy)):
-        t.detach().copy_(ts.copy)
+    copy = ts.copy.load() if isinstance(ts.copy, _Spilled) else ts.copy
+    if copy is not None and (t._version != ts.version or not same_bits(t.detach(), copy)):
+        t.detach().copy_(copy)
     if t.is_leaf and t.requires_grad != ts.requires_grad:
         t.requires_grad_(ts.requires_grad)
     if t.grad is not ts.grad:

@@ -1,0 +1,285 @@
+"""LLM scale: export and opset-convert a Llama-3.2-1B-shaped decoder, against the anchors, in one run.
+
+    .venv/bin/python bench/llm.py [--arch llama-1b|qwen-1.5b] [--layers N] [--skip CASE ...]
+                                  [--out docs/benchmarks/llm.md]
+
+The model is built from the public config (``LlamaConfig`` of Llama-3.2-1B, ``Qwen2Config`` of
+Qwen2.5-1.5B) with seeded weights: nothing is downloaded. ``--layers`` keeps every shape but
+fewer decoder layers, for a machine that can't hold the whole model (the vocabulary embedding,
+the largest single tensor, stays full size).
+
+Every case runs in a fresh process; ``peak_rss_mb`` is that process's VmHWM (the model it built
+included), ``before_mb`` its RSS just before the measured call, ``seconds`` the call's wall time:
+
+- ``anchor_export``: bare ``torch.onnx.export(dynamo=True, external_data=True)`` with dynamic
+  batch and sequence;
+- ``unframe_export``: ``unframe.convert(model, to="onnx", validate=False)`` with the same dynamic
+  axes (parity excluded);
+- ``unframe_export_kv``: the same with ``kv_cache=True`` (no anchor: the bare exporter has no
+  cache wrapper);
+- ``opset_unframe`` / ``opset_onnx``: the exported model (its weights in external data, the
+  embedding a single tensor of ~1 GB) converted to another opset by ``unframe.convert(path,
+  to="onnx", opset=N, validate=False)`` and by onnx's own converter
+  (``onnx.load(load_external_data=False)`` + ``convert_version`` + ``save``), the anchor;
+- ``synthetic_unframe`` / ``synthetic_onnx``: the same on a synthetic 2 GiB model of 8 tensors of
+  256 MiB each (external data written sparse).
+
+Each opset case also says whether the external data file is unchanged (size and mtime).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+PROMPT = 16
+
+# public configs (config.json of meta-llama/Llama-3.2-1B and Qwen/Qwen2.5-1.5B)
+CONFIGS: dict[str, dict[str, Any]] = {
+    "llama-1b": dict(
+        cls="LlamaForCausalLM", config="LlamaConfig", vocab_size=128256, hidden_size=2048,
+        intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32,
+        num_key_value_heads=8, head_dim=64, max_position_embeddings=131072, rms_norm_eps=1e-5,
+        rope_theta=500000.0, tie_word_embeddings=True,
+        rope_scaling={"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                      "original_max_position_embeddings": 8192, "rope_type": "llama3"}),
+    "qwen-1.5b": dict(
+        cls="Qwen2ForCausalLM", config="Qwen2Config", vocab_size=151936, hidden_size=1536,
+        intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
+        num_key_value_heads=2, max_position_embeddings=32768, rms_norm_eps=1e-6,
+        rope_theta=1000000.0, tie_word_embeddings=True),
+}
+CASES = ("anchor_export", "unframe_export", "unframe_export_kv", "opset_unframe", "opset_onnx",
+         "synthetic_unframe", "synthetic_onnx")
+
+
+# ------------------------------------------------------------------------------ in the child --
+def _shim() -> None:
+    """transformers imports torchvision, whose wheel needs the shim with the CPU torch pin."""
+    sys.path.insert(0, str(ROOT / "model_zoo" / "build"))
+    import torchvision_shim
+
+    torchvision_shim.install_import_hook()
+
+
+def build(arch: str, layers: int | None) -> Any:
+    import torch
+    import transformers
+
+    spec = dict(CONFIGS[arch])
+    cls, config_cls = getattr(transformers, spec.pop("cls")), getattr(transformers, spec.pop("config"))
+    if layers:
+        spec["num_hidden_layers"] = layers
+    torch.manual_seed(0)
+    return cls(config_cls(**spec)).eval()
+
+
+def samples() -> dict[str, Any]:
+    import torch
+
+    gen = torch.Generator().manual_seed(1)
+    return {"input_ids": torch.randint(0, 1000, (1, PROMPT), generator=gen),
+            "attention_mask": torch.ones(1, PROMPT, dtype=torch.long)}
+
+
+def rss_mb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def peak_mb() -> float:
+    status = Path("/proc/self/status").read_text().splitlines()
+    return next(int(line.split()[1]) / 1024 for line in status if line.startswith("VmHWM"))
+
+
+def anchor_export(model: Any, out: Path) -> None:
+    import torch
+
+    model.config.use_cache = False  # a DynamicCache output doesn't export (unframe does the same)
+    batch, seq = torch.export.Dim("batch", min=1), torch.export.Dim("sequence_length", min=2)
+    torch.onnx.export(model, (), str(out), kwargs=samples(), dynamo=True, external_data=True,
+                      dynamic_shapes={"input_ids": {0: batch, 1: seq},
+                                      "attention_mask": {0: batch, 1: seq}})
+
+
+def unframe_export(model: Any, out: Path, kv_cache: bool) -> None:
+    import unframe
+
+    options: dict[str, Any] = {"kv_cache": True} if kv_cache else {
+        "dynamic": [("input_ids", 1, "sequence_length"), ("attention_mask", 1, "sequence_length")]}
+    unframe.convert(model, to="onnx", sample_inputs=samples(), output=out, validate=False,
+                    force=True, **options)
+
+
+def convert_opset(which: str, path: Path, out: Path, opset: int) -> None:
+    if which == "unframe":
+        import unframe
+
+        unframe.convert(path, to="onnx", opset=opset, output=out, validate=False, force=True)
+        return
+    import onnx
+    import onnx.version_converter
+
+    model = onnx.load(str(path), load_external_data=False)
+    onnx.save(onnx.version_converter.convert_version(model, opset), str(out))
+
+
+def child(case: str, folder: Path, arch: str, layers: int | None, opset: int) -> dict[str, Any]:
+    _shim()
+    row: dict[str, Any] = {"case": case}
+    if case.endswith(("_export", "_export_kv")):
+        import torch
+
+        torch.set_num_threads(2)
+        model = build(arch, layers)
+        row["weight_mb"] = sum(p.numel() * p.element_size() for p in model.parameters()) / 2**20
+        out = folder / case / "model.onnx"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        call = (lambda: anchor_export(model, out)) if case == "anchor_export" else (
+            lambda: unframe_export(model, out, case.endswith("_kv")))
+    else:
+        which = case.split("_")[1]
+        source = folder / ("unframe_export" if case.startswith("opset") else "synthetic") / "model.onnx"
+        out = source.parent / f"{case}.onnx"  # beside the source: the anchor's data references hold
+        call = lambda: convert_opset(which, source, out, opset)  # noqa: E731
+        data = [p for p in source.parent.iterdir() if p.suffix != ".onnx"]
+        before = {p.name: (p.stat().st_size, p.stat().st_mtime_ns) for p in data}
+    row["before_mb"] = rss_mb()
+    t0 = time.perf_counter()
+    call()
+    row["seconds"] = time.perf_counter() - t0
+    row["peak_rss_mb"] = peak_mb()
+    if not case.endswith(("_export", "_export_kv")):
+        row["external_unchanged"] = before == {
+            p.name: (p.stat().st_size, p.stat().st_mtime_ns) for p in data}
+        row["external_mb"] = sum(s for s, _ in before.values()) / 2**20
+    row["output_mb"] = sum(p.stat().st_size for p in out.parent.iterdir()
+                           if p.name.startswith(out.name)) / 2**20
+    return row
+
+
+# ------------------------------------------------------------------------------- the parent --
+def write_synthetic(folder: Path, tensors: int = 8, side: int = 8192) -> Path:
+    """An opset-17 chain of MatMuls over ``tensors`` float32 [side, side] weights (256 MiB each),
+    their data in one external file written sparse (zeros that take no disk)."""
+    from onnx import TensorProto, helper, save
+
+    folder.mkdir(parents=True, exist_ok=True)
+    nbytes = side * side * 4
+    data = folder / "model.onnx.data"
+    with data.open("wb") as f:
+        f.truncate(tensors * nbytes)
+    inits, nodes, prev = [], [], "x"
+    for i in range(tensors):
+        t = TensorProto(name=f"w{i}", data_type=TensorProto.FLOAT, dims=[side, side],
+                        data_location=TensorProto.EXTERNAL)
+        for key, value in (("location", data.name), ("offset", str(i * nbytes)),
+                           ("length", str(nbytes))):
+            entry = t.external_data.add()
+            entry.key, entry.value = key, value
+        inits.append(t)
+        nodes.append(helper.make_node("MatMul", [prev, f"w{i}"], [f"m{i}"]))
+        nodes.append(helper.make_node("Softmax", [f"m{i}"], [f"s{i}"], axis=-1))
+        prev = f"s{i}"
+    graph = helper.make_graph(
+        nodes, "synthetic", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", side])],
+        [helper.make_tensor_value_info(prev, TensorProto.FLOAT, ["n", side])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path = folder / "model.onnx"
+    save(model, str(path))
+    return path
+
+
+def run_case(case: str, folder: Path, args: argparse.Namespace) -> dict[str, Any]:
+    cmd = [sys.executable, __file__, "--child", case, "--folder", str(folder), "--arch", args.arch,
+           "--opset", str(args.opset)] + (["--layers", str(args.layers)] if args.layers else [])
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if proc.returncode != 0:
+        tail = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
+        return {"case": case, "error": tail[:300]}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def machine_state() -> str:
+    mem = {line.split(":")[0]: int(line.split()[1]) // 1024
+           for line in Path("/proc/meminfo").read_text().splitlines()[:3]}
+    load = os.getloadavg()
+    return (f"{platform.node()}: {os.cpu_count()} cores, MemAvailable {mem['MemAvailable']} MiB "
+            f"of {mem['MemTotal']} MiB, load {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}")
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    lines = ["| case | seconds | peak RSS MiB | RSS before MiB | weights MiB | external unchanged | note |",
+             "|---|---:|---:|---:|---:|---|---|"]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"| {r['case']} | | | | | | error: {r['error']} |")
+            continue
+        weight = r.get("weight_mb", r.get("external_mb", 0.0))
+        lines.append(f"| {r['case']} | {r['seconds']:.1f} | {r['peak_rss_mb']:.0f} | "
+                     f"{r['before_mb']:.0f} | {weight:.0f} | "
+                     f"{r.get('external_unchanged', '')} | {r.get('note', '')} |")
+    return "\n".join(lines)
+
+
+def ratios(rows: dict[str, dict[str, Any]]) -> list[str]:
+    out = []
+    for ours, anchor in (("unframe_export", "anchor_export"), ("opset_unframe", "opset_onnx"),
+                         ("synthetic_unframe", "synthetic_onnx")):
+        a, b = rows.get(ours, {}), rows.get(anchor, {})
+        if "seconds" in a and "seconds" in b:
+            out.append(f"- {ours} / {anchor}: time {a['seconds'] / b['seconds']:.2f}x, "
+                       f"peak RSS {a['peak_rss_mb'] / b['peak_rss_mb']:.2f}x")
+    if "weight_mb" in rows.get("unframe_export", {}):
+        r = rows["unframe_export"]
+        out.append(f"- unframe_export peak RSS - weights: {r['peak_rss_mb'] - r['weight_mb']:.0f} MiB "
+                   "(target <= 1536)")
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--arch", choices=sorted(CONFIGS), default="llama-1b")
+    parser.add_argument("--layers", type=int, default=None)
+    parser.add_argument("--opset", type=int, default=21, help="target of the opset cases")
+    parser.add_argument("--skip", nargs="*", default=[], choices=CASES)
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--child", choices=CASES)
+    parser.add_argument("--folder", type=Path)
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(child(args.child, args.folder, args.arch, args.layers, args.opset)))
+        return
+    state = [f"before: {machine_state()}"]
+    rows: dict[str, dict[str, Any]] = {}
+    with tempfile.TemporaryDirectory(prefix="unframe-bench-llm-") as tmp:
+        folder = Path(tmp)
+        if not {"synthetic_unframe", "synthetic_onnx"} <= set(args.skip):
+            write_synthetic(folder / "synthetic")
+        for case in CASES:
+            if case in args.skip:
+                continue
+            rows[case] = run_case(case, folder, args)
+            print(json.dumps(rows[case]), flush=True)
+    state.append(f"after: {machine_state()}")
+    shape = f"{args.arch}" + (f" with {args.layers} layers" if args.layers else " (full depth)")
+    text = "\n".join([f"model: {shape}; prompt {PROMPT} tokens; opset cases to {args.opset}",
+                      *state, "", table(list(rows.values())), "", *ratios(rows)])
+    print(text)
+    if args.out is not None:
+        args.out.write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
