@@ -281,46 +281,37 @@ def hf_electra() -> tuple[Any, Any]:
     return _hf(T.ElectraModel, T.ElectraConfig(**SMALL, embedding_size=16), _tokens())
 
 
-@_register("hf_gpt2", "hf-decoder", "torch", "GPT2LMHeadModel without KV cache")
-def hf_gpt2() -> tuple[Any, Any]:
+def _decoder(kind: str, use_cache: bool) -> tuple[Any, Any]:
+    """A causal LM of ``kind``; with ``use_cache`` its config keeps the cache (the with-cache
+    variants export it as past_key_values in, present out: ``kv_cache=True``)."""
     import transformers as T
-    config = T.GPT2Config(vocab_size=VOCAB, n_embd=32, n_layer=1, n_head=4, n_positions=32, use_cache=False,
-                          bos_token_id=1, eos_token_id=2)
-    return _hf(T.GPT2LMHeadModel, config, _tokens())
+
+    common = dict(use_cache=use_cache)
+    small = dict(SMALL, max_position_embeddings=128)  # room for the past the cache's parity feeds add
+    gqa = dict(small, num_key_value_heads=2, **common)
+    factories: dict[str, tuple[Any, Any]] = {
+        "gpt2": (T.GPT2LMHeadModel, lambda: T.GPT2Config(vocab_size=VOCAB, n_embd=32, n_layer=1, n_head=4,
+                                                          n_positions=128, bos_token_id=1, eos_token_id=2,
+                                                          **common)),
+        "llama": (T.LlamaForCausalLM, lambda: T.LlamaConfig(**gqa)),
+        "qwen2": (T.Qwen2ForCausalLM, lambda: T.Qwen2Config(**gqa)),
+        "mistral": (T.MistralForCausalLM, lambda: T.MistralConfig(**gqa, sliding_window=None)),
+        "phi3": (T.Phi3ForCausalLM, lambda: T.Phi3Config(**small, num_key_value_heads=4, pad_token_id=0,
+                                                         bos_token_id=1, eos_token_id=2, **common)),
+        "gemma": (T.GemmaForCausalLM, lambda: T.GemmaConfig(**gqa, head_dim=8)),
+    }
+    factory, config = factories[kind]
+    return _hf(factory, config(), _tokens())
 
 
-@_register("hf_llama", "hf-decoder", "torch", "LlamaForCausalLM without KV cache (GQA, RoPE)")
-def hf_llama() -> tuple[Any, Any]:
-    import transformers as T
-    return _hf(T.LlamaForCausalLM, T.LlamaConfig(**SMALL, num_key_value_heads=2, use_cache=False), _tokens())
-
-
-@_register("hf_qwen2", "hf-decoder", "torch", "Qwen2ForCausalLM without KV cache")
-def hf_qwen2() -> tuple[Any, Any]:
-    import transformers as T
-    return _hf(T.Qwen2ForCausalLM, T.Qwen2Config(**SMALL, num_key_value_heads=2, use_cache=False), _tokens())
-
-
-@_register("hf_mistral", "hf-decoder", "torch", "MistralForCausalLM without KV cache")
-def hf_mistral() -> tuple[Any, Any]:
-    import transformers as T
-    config = T.MistralConfig(**SMALL, num_key_value_heads=2, use_cache=False, sliding_window=None)
-    return _hf(T.MistralForCausalLM, config, _tokens())
-
-
-@_register("hf_phi3", "hf-decoder", "torch", "Phi3ForCausalLM without KV cache (fused qkv)")
-def hf_phi3() -> tuple[Any, Any]:
-    import transformers as T
-    config = T.Phi3Config(**SMALL, num_key_value_heads=4, use_cache=False, pad_token_id=0, bos_token_id=1,
-                          eos_token_id=2)
-    return _hf(T.Phi3ForCausalLM, config, _tokens())
-
-
-@_register("hf_gemma", "hf-decoder", "torch", "GemmaForCausalLM without KV cache (GeGLU, scaled embedding)")
-def hf_gemma() -> tuple[Any, Any]:
-    import transformers as T
-    config = T.GemmaConfig(**SMALL, num_key_value_heads=2, head_dim=8, use_cache=False)
-    return _hf(T.GemmaForCausalLM, config, _tokens())
+DECODERS = {"gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM (GQA, RoPE)", "qwen2": "Qwen2ForCausalLM",
+            "mistral": "MistralForCausalLM", "phi3": "Phi3ForCausalLM (fused qkv)",
+            "gemma": "GemmaForCausalLM (GeGLU, scaled embedding)"}
+for _kind, _about in DECODERS.items():
+    _register(f"hf_{_kind}", "hf-decoder", "torch", f"{_about} without KV cache")(
+        lambda k=_kind: _decoder(k, use_cache=False))
+    _register(f"hf_{_kind}_kv", "hf-decoder-kv", "torch", f"{_about} with its KV cache as inputs/outputs",
+              kv_cache=True)(lambda k=_kind: _decoder(k, use_cache=True))
 
 
 @_register("hf_t5", "hf-encoder-decoder", "torch", "T5Model (relative position buckets)")
