@@ -336,6 +336,7 @@ def main() -> None:
     parser.add_argument("--journal", type=Path, default=ROOT / "bench" / "out" / "architectures.jsonl")
     parser.add_argument("--rerun", action="store_true", help="run models already in the journal again")
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--report-only", action="store_true", help="write the table from the journal, run nothing")
     args = parser.parse_args()
     if args.worker:
         with tempfile.TemporaryDirectory() as tmp:
@@ -353,7 +354,7 @@ def main() -> None:
     names = interleave(names, {n: a.family for n, a in archs.ARCHS.items()})
     args.journal.parent.mkdir(parents=True, exist_ok=True)
     done = read_journal(args.journal)
-    todo = [n for n in names if args.rerun or n not in done]
+    todo = [] if args.report_only else [n for n in names if args.rerun or n not in done]
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:  # each job is a child process
         for future in as_completed([pool.submit(run_child, name, args.timeout) for name in todo]):
             record = future.result()
