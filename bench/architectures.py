@@ -275,7 +275,7 @@ def table(records: list[dict[str, Any]], families: dict[str, str]) -> str:
     by_family: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for r in records:
         by_family[families.get(r["name"], "?")].append(r)
-    lines = ["| family | models | " + " | ".join(ROUTES) + " | largest CoreML err / scale | time ratio (max) |",
+    lines = ["| family | models | " + " | ".join(ROUTES) + " | largest CoreML err / scale | time ratio (median / max) |",
              "|---|---:|" + "---|" * len(ROUTES) + "---:|---:|"]
     totals: dict[str, list[int]] = {route: [0, 0] for route in ROUTES}
     for family in sorted(by_family):
@@ -285,27 +285,31 @@ def table(records: list[dict[str, Any]], families: dict[str, str]) -> str:
             entries = [r.get("routes", {}).get(route) for r in rows if "error" not in r]
             entries = [e for e in entries if e is not None]
             ran = len(entries) + sum(1 for r in rows if "error" in r)
-            if not entries and not ran:
-                cells.append("-")
+            applies = route not in TORCH_TARGETS or route in KERAS_TARGETS or \
+                any(r.get("framework") == "torch" for r in rows)
+            if not entries:  # the route doesn't apply to the family (Keras: TensorRT), or all crashed
+                cells.append(f"0/{ran} (crashed: {ran})" if ran and applies else "-")
+                totals[route][1] += ran if applies else 0
                 continue
             ok = sum(1 for e in entries if e["ok"])
-            fails = defaultdict(int)
+            fails: dict[Any, int] = defaultdict(int)
             for e in entries:
                 if not e["ok"]:
-                    fails[e["exit"]] += 1
+                    fails[e["exit"] if e["exit"] is not None else "no ONNX"] += 1
             crashed = ran - len(entries)
             if crashed:
                 fails["crash"] += crashed
             totals[route][0] += ok
             totals[route][1] += ran
-            extra = " (" + ", ".join(f"exit {k}: {v}" if k != "crash" else f"crashed: {v}"
+            extra = " (" + ", ".join(f"exit {k}: {v}" if isinstance(k, int) else
+                                     f"{'crashed' if k == 'crash' else k}: {v}"
                                      for k, v in sorted(fails.items(), key=str)) + ")" if fails else ""
             cells.append(f"{ok}/{ran}{extra}")
         errs = [r["routes"]["coreml"]["rel"] for r in rows
                 if r.get("routes", {}).get("coreml", {}).get("ok") and r["routes"]["coreml"]["rel"] is not None]
         ratios = [r["ratio"] for r in rows if r.get("ratio")]
         err_cell = f"{max(errs):.2g}" if errs else "-"
-        ratio_cell = f"{max(ratios):.2f}" if ratios else "-"
+        ratio_cell = f"{sorted(ratios)[len(ratios) // 2]:.2f} / {max(ratios):.2f}" if ratios else "-"
         lines.append(f"| {family} | {len(rows)} | " + " | ".join(cells) + f" | {err_cell} | {ratio_cell} |")
     total_cells = [f"**{ok}/{n} ({100 * ok / n:.0f}%)**" if n else "-" for ok, n in totals.values()]
     lines.append(f"| **all** | {len(records)} | " + " | ".join(total_cells) + " | | |")
