@@ -24,9 +24,11 @@ def zoo() -> None:
 @click.option("-o", "--output", "out_dir", type=click.Path(path_type=Path),
               help="Build under this folder instead of the manifest's root.")
 @click.option("--force", is_flag=True, help="Rebuild models that are already built.")
+@click.option("--heavy", is_flag=True, help="Also build the entries marked heavy (large or slow to build).")
 @debug_option
 @handle_errors
-def build(manifest: Path | None, only: tuple[str, ...], out_dir: Path | None, force: bool, debug: bool) -> None:
+def build(manifest: Path | None, only: tuple[str, ...], out_dir: Path | None, force: bool, heavy: bool,
+          debug: bool) -> None:
     """Build the zoo's reference models locally with seeded random weights (no downloads).
 
     Each model gets inputs.npz and its framework's outputs.npz beside it. A framework that is
@@ -39,7 +41,7 @@ def build(manifest: Path | None, only: tuple[str, ...], out_dir: Path | None, fo
 
     console = Console(highlight=False)
     path = manifest or default_manifest()
-    outcomes = build_zoo(path, out_dir=out_dir, only=only, force=force, console=console)
+    outcomes = build_zoo(path, out_dir=out_dir, only=only, force=force, heavy=heavy, console=console)
     counts = {s: sum(o.status == s for o in outcomes) for s in ("built", "already built", "skipped", FAILED)}
     console.print(", ".join(f"{n} {s}" for s, n in counts.items()))
     if counts[FAILED]:

@@ -3,7 +3,8 @@
 Each entry names a builder (``script.py:function`` in the manifest's ``build/`` folder) called as
 ``function(out_dir, opset)``; it writes ``model.onnx``, ``inputs.npz`` and ``outputs.npz`` into a
 staging folder that is renamed into place when complete, so an interrupted build leaves no
-half-built model. Entries whose framework is not installed are skipped, saying so.
+half-built model. Entries whose framework is not installed are skipped, saying so, and so are
+entries marked ``heavy`` (large or slow to build) unless ``heavy=True`` or ``only`` names them.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from unframe.zoo.manifest import ZooEntry, read_manifest
 FRAMEWORK_MODULES: dict[str, tuple[str, ...]] = {
     "torch": ("torch",),
     "keras": ("tensorflow", "keras", "tf2onnx"),
+    # installed with --no-deps: its tensorflow-text requirement pulls the full tensorflow wheel
+    "keras-hub": ("tensorflow", "keras", "tf2onnx", "keras_hub"),
     "sklearn": ("sklearn", "skl2onnx"),
     "onnx": ("onnx",),
 }
@@ -59,15 +62,20 @@ def missing_modules(framework: str) -> list[str]:
 
 
 def build_zoo(manifest: Path, *, out_dir: Path | None = None, only: tuple[str, ...] = (),
-              force: bool = False, console: Any = None) -> list[BuildOutcome]:
-    """Build every entry (or the ``only`` ones) of ``manifest`` under its root or ``out_dir``."""
+              force: bool = False, heavy: bool = False, console: Any = None) -> list[BuildOutcome]:
+    """Build every entry (or the ``only`` ones) of ``manifest`` under its root or ``out_dir``;
+    heavy entries only with ``heavy`` or when ``only`` names them."""
     source = read_manifest(manifest)
     root = out_dir.resolve() if out_dir is not None else source.root
     entries = _select(source.entries, only, manifest)
     scripts = manifest.parent / "build"
     outcomes = []
     for entry in entries:
-        outcome = build_entry(entry, scripts, root, force=force)
+        if entry.heavy and not (heavy or only):
+            outcome = BuildOutcome(entry.name, entry.framework, SKIPPED, root / entry.rel,
+                                   reason="heavy: build it with --heavy or --only NAME")
+        else:
+            outcome = build_entry(entry, scripts, root, force=force)
         outcomes.append(outcome)
         if console is not None:
             _print(console, outcome)

@@ -10,12 +10,14 @@ A manifest looks like ``model_zoo/manifest.toml``::
     framework = "torch"            # the framework that built it (informational for upgrades)
     builder = "torch_models.py:resnet_tiny"   # build/ script and function (for `zoo build`)
     opset = 9
+    heavy = true                   # optional: `zoo build` skips it unless --heavy or --only names it
 
 Each entry's output mirrors its path relative to the root under OUT_DIR.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,6 +40,7 @@ class ZooEntry:
     builder: str = ""
     opset: int | None = None
     about: str = ""
+    heavy: bool = False
 
     @property
     def id(self) -> str:
@@ -92,6 +95,13 @@ def _text(manifest: Path, index: int, key: str, raw: Any) -> str:
     return raw
 
 
+def _flag(manifest: Path, index: int, key: str, raw: Any) -> bool:
+    if not isinstance(raw, bool):
+        raise InputError(f"{manifest}: model entry {index + 1} has a {key} that is not true or false "
+                         f"({raw!r})", f"write {key} = true")
+    return raw
+
+
 def _opset(manifest: Path, index: int, raw: Any) -> int | None:
     if raw is None:
         return None
@@ -118,7 +128,8 @@ def _entry(manifest: Path, root: Path, index: int, raw: Any) -> ZooEntry:
     return ZooEntry(name=name or rel.parent.name or rel.stem, path=root / rel, rel=rel, framework=framework,
                     builder=_text(manifest, index, "builder", raw.get("builder")),
                     opset=_opset(manifest, index, raw.get("opset")),
-                    about=_text(manifest, index, "about", raw.get("about")))
+                    about=_text(manifest, index, "about", raw.get("about")),
+                    heavy=_flag(manifest, index, "heavy", raw.get("heavy", False)))
 
 
 def _check_unique(manifest: Path, entries: list[ZooEntry]) -> None:
@@ -171,10 +182,9 @@ def _native_sibling(entry: ZooEntry, suffixes: tuple[str, ...]) -> ZooEntry:
     for suffix in suffixes:
         candidate = entry.path.with_suffix(suffix)
         if candidate.exists():
-            return ZooEntry(entry.name, candidate, entry.rel.with_suffix(suffix), entry.framework,
-                            entry.builder, entry.opset, entry.about)
-    return ZooEntry(entry.name, entry.path.with_suffix(suffixes[0]), entry.rel.with_suffix(suffixes[0]),
-                    entry.framework, entry.builder, entry.opset, entry.about)
+            return dataclasses.replace(entry, path=candidate, rel=entry.rel.with_suffix(suffix))
+    return dataclasses.replace(entry, path=entry.path.with_suffix(suffixes[0]),
+                               rel=entry.rel.with_suffix(suffixes[0]))
 
 
 def check_out_dir(source: ZooSource, out_dir: Path) -> Path:

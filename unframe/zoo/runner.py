@@ -57,6 +57,8 @@ def upgrade_zoo(src: Path, opts: UpgradeOptions, console: Any = None) -> BatchRe
     reports.check_report_path(opts.report)
     fmt, target, suffixes, out_suffix = _formats(opts)
     source = load_source(src, suffixes)
+    # a heavy entry nobody built (`zoo build` skips them by default) is left out, not failed
+    source.entries = [e for e in source.entries if not (e.heavy and not e.path.exists())]
     out_dir = check_out_dir(source, opts.out_dir)
     _check_report_location(source, opts.report)
     _check_sources_exist(source)

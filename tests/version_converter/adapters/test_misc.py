@@ -47,13 +47,36 @@ def test_runtime_dft_axis_of_unknown_rank_refused() -> None:
         convert_opset(irm, 19)
 
 
-def test_allowzero_with_runtime_shape_on_data_of_unknown_size_is_refused() -> None:
-    from onnx import TensorProto, helper
-
+def _runtime_allowzero_model(shape_dims: list[int] | None) -> ir.Model:
     graph = helper.make_graph([helper.make_node("Reshape", ["x", "s"], ["y"], allowzero=1)], "g",
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3]),
-                               helper.make_tensor_value_info("s", TensorProto.INT64, [2])],
+                               helper.make_tensor_value_info("s", TensorProto.INT64, shape_dims)],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
-    model = ir.from_proto(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)]))
+    return ir.from_proto(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)], ir_version=8))
+
+
+@pytest.mark.parametrize("target", [13, 11])
+def test_allowzero_with_runtime_shape_on_data_of_unknown_size_chooses_at_run_time(target: int) -> None:
+    """HF decoders' views: data of symbolic size, a run-time shape. Data with elements reshapes as
+    before; empty data takes a shape holding 0 literally (Reshape-13 would copy the input's dim)."""
+    import numpy as np
+    import onnxruntime as ort
+
+    reference = ort.InferenceSession(ir.to_proto(_runtime_allowzero_model([2])).SerializeToString())
+    converted = _runtime_allowzero_model([2])
+    convert_opset(converted, target)  # in place
+    assert any(n.op_type == "If" for n in converted.graph)
+    session = ort.InferenceSession(ir.to_proto(converted).SerializeToString())
+    rng = np.random.default_rng(0)
+    cases = [(rng.standard_normal((4, 3)).astype(np.float32), np.asarray([2, 6])),
+             (rng.standard_normal((4, 3)).astype(np.float32), np.asarray([-1, 4])),
+             (np.zeros((0, 3), np.float32), np.asarray([0, 7]))]  # Reshape-13 would give (3, 7): an error
+    for x, shape in cases:
+        [want] = reference.run(None, {"x": x, "s": shape})
+        [got] = session.run(None, {"x": x, "s": shape})
+        assert got.shape == want.shape and np.array_equal(got, want), (shape, got.shape, want.shape)
+
+
+def test_allowzero_with_runtime_shape_of_unknown_length_is_refused() -> None:
     with pytest.raises(UnsupportedError, match="allowzero=1 with a run-time shape needs the data's static shape"):
-        convert_opset(model, 13)
+        convert_opset(_runtime_allowzero_model(None), 13)

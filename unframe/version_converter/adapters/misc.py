@@ -5,6 +5,9 @@ Shape 15->14::      Shape(x, start=s, end=e)     ->  Slice(Shape(x), [s], [e])
 Reshape 14->13::    Reshape(x, c, allowzero=1)   ->  Reshape(x, c)        (c constant with no 0)
                     Reshape(x, c, allowzero=1)   ->  Constant(empty, shape c)   (c constant with a 0)
                     Reshape(x, s, allowzero=1)   ->  Tile(zeros([1]*k), s)      (x static and empty)
+                    Reshape(x, s, allowzero=1)   ->  If(ReduceProd(s) == 0,            (x of unknown size,
+                                                        {Tile(zeros([1]*k), s)},         s of length k)
+                                                        {Reshape(x, s)})
 GridSample 19<->20:: mode bilinear/bicubic  <->  linear/cubic
 DFT 19->20::        DFT(x, n, axis=a)            ->  DFT(x, n, Constant(a))
 DFT 20->19::        DFT(x, n, axis_input)        ->  DFT(x, n, axis=folded)
@@ -64,21 +67,35 @@ def reshape_14_13(node: ir.Node, step: Step) -> None:
 
 
 def _allowzero_runtime_shape(node: ir.Node, step: Step) -> None:
-    """A run-time shape with allowzero=1, decided by the data's static size: data with elements can
-    only take a shape without 0 (so allowzero changes nothing); data with none gives a tensor with no
-    elements of that shape, which Tile(zeros([1] * k), shape) is (Tile takes run-time repeats)."""
+    """A run-time shape with allowzero=1. Data with elements can only take a shape without 0 (so
+    allowzero changes nothing); data with none gives a tensor with no elements of that shape, which
+    Tile(zeros([1] * k), shape) is (Tile takes run-time repeats). When the data's size is known
+    statically that decides it; otherwise (symbolic dimensions: HF models' views) the shape itself
+    does at run time: a 0 in it means empty data, so If(prod(shape) == 0) picks the Tile."""
     data = step.static_shape(node.inputs[0])
     length = step.static_shape(node.inputs[1])
-    if data is None or (int(np.prod(data)) == 0 and (length is None or len(length) != 1)):
-        step.refuse("allowzero=1 with a run-time shape needs the data's static shape (and the shape's "
-                    "length when the data is empty) before opset 14")
-    require_types(step)
-    if int(np.prod(data)):
+    if data is not None and int(np.prod(data)):
+        require_types(step)
         step.drop_attr("allowzero")
         generic_step(node, step)
         return
+    if length is None or len(length) != 1:
+        step.refuse("allowzero=1 with a run-time shape needs the data's static shape or the shape's "
+                    "length before opset 14")
+    require_types(step)
     zeros = step.const(np.zeros([1] * length[0], dtype=dtype_of(step, node.inputs[0])))
-    step.replace_with([step.op("Tile", [zeros, node.inputs[1]])])
+    if data is not None:  # statically empty
+        step.replace_with([step.op("Tile", [zeros, node.inputs[1]])])
+        return
+    shape = node.inputs[1]
+    empty = step.op("Equal", [step.op("ReduceProd", [shape], {"keepdims": 0}),
+                              step.const(np.asarray(0, dtype=np.int64))])
+    tile = _walker_node(node, step, "Tile", [zeros, shape], [])
+    reshape = _walker_node(node, step, "Reshape", [node.inputs[0], shape], [])
+    choose = _walker_node(node, step, "If", [empty], [ir.AttrGraph("then_branch", _branch(step, tile)),
+                                                      ir.AttrGraph("else_branch", _branch(step, reshape))])
+    step.graph.insert_before(node, choose)
+    step.replace_with([choose.outputs[0]])
 
 
 _MODES_20 = {"bilinear": "linear", "bicubic": "cubic", "nearest": "nearest"}
@@ -139,22 +156,23 @@ def _dft_axis_chain(node: ir.Node, step: Step) -> None:
     wrapped = step.op("Add", [axis, step.const(np.asarray(rank, dtype=np.int64))])
     axis = step.op("Where", [negative, wrapped, axis])
     kept = [a for a in node.attributes.values() if a.name != "axis"]
-    top = _dft_node(node, step, "DFT", list(node.inputs[:2]), [*kept, ir.AttrInt64("axis", rank - 2)])
+    top = _walker_node(node, step, "DFT", list(node.inputs[:2]), [*kept, ir.AttrInt64("axis", rank - 2)])
     for candidate in range(rank - 3, -1, -1):
         cond = step.op("Equal", [axis, step.const(np.asarray(candidate, dtype=np.int64))])
-        then = _dft_node(node, step, "DFT", list(node.inputs[:2]), [*kept, ir.AttrInt64("axis", candidate)])
-        top = _dft_node(node, step, "If", [cond], [ir.AttrGraph("then_branch", _branch(step, then)),
+        then = _walker_node(node, step, "DFT", list(node.inputs[:2]), [*kept, ir.AttrInt64("axis", candidate)])
+        top = _walker_node(node, step, "If", [cond], [ir.AttrGraph("then_branch", _branch(step, then)),
                                                     ir.AttrGraph("else_branch", _branch(step, top))])
     step.graph.insert_before(node, top)
     step.replace_with([top.outputs[0]])
 
 
-def _dft_node(node: ir.Node, step: Step, op: str, inputs: list[ir.Value | None], attrs: list[ir.Attr]) -> ir.Node:
-    """A DFT of one axis, or an If choosing between two; registered with the walker (as a DFT-17 /
-    If-19 node) before the walk reaches the branches it sits in."""
+def _walker_node(node: ir.Node, step: Step, op: str, inputs: list[ir.Value | None], attrs: list[ir.Attr]) -> ir.Node:
+    """A node of a branch (a DFT of one axis, a Reshape or Tile), or the If choosing between two;
+    registered with the walker at the step's target version before the walk reaches the branches
+    it sits in."""
     while inputs and inputs[-1] is None:
         inputs.pop()
-    made = ir.Node("", op, inputs, attrs, name=step.walker.fresh_name(f"{node.name or 'DFT'}_{op}"))
+    made = ir.Node("", op, inputs, attrs, name=step.walker.fresh_name(f"{node.name or node.op_type}_{op}"))
     out = made.outputs[0]
     out.name = step.walker.fresh_name(f"{made.name}_out")
     out.type = node.outputs[0].type  # each branch's shape depends on its axis (onesided halves it)
@@ -163,7 +181,7 @@ def _dft_node(node: ir.Node, step: Step, op: str, inputs: list[ir.Value | None],
 
 
 def _branch(step: Step, only: ir.Node) -> ir.Graph:
-    return ir.Graph([], [only.outputs[0]], nodes=[only], name=step.walker.fresh_name("dft_branch"))
+    return ir.Graph([], [only.outputs[0]], nodes=[only], name=step.walker.fresh_name(f"{only.op_type}_branch"))
 
 
 @adapter("Gemm", 11, 10)

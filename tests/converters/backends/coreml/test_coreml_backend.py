@@ -63,6 +63,23 @@ def test_dynamic_rank_and_dtype_are_blockers() -> None:
     assert any("STRING" in str(b) for b in CoreMLBackend().check(strings, Target("coreml")))
 
 
+def test_a_rank_6_intermediate_is_a_blocker_not_a_coremltools_failure() -> None:
+    """Swin's window partition: Reshape to rank 6, Transpose, Reshape back. coremltools' converter
+    refuses rank > 5 only at its end (exit 9 before): check names the node, convert exits 4."""
+    shape6 = numpy_helper.from_array(np.array([1, 2, 2, 2, 2, 3], dtype=np.int64), "shape6")
+    shape4 = numpy_helper.from_array(np.array([1, 4, 4, 3], dtype=np.int64), "shape4")
+    model = _model([helper.make_node("Reshape", ["x", "shape6"], ["w"], name="partition"),
+                    helper.make_node("Transpose", ["w"], ["t"], name="swap", perm=[0, 1, 3, 2, 4, 5]),
+                    helper.make_node("Reshape", ["t", "shape4"], ["y"], name="merge")],
+                   [_vi("x", [1, 4, 4, 3])], [_vi("y", [1, 4, 4, 3])], [shape6, shape4])
+    blockers = CoreMLBackend().check(model, Target("coreml"))
+    assert {b.node for b in blockers} == {"partition", "swap"}, [str(b) for b in blockers]
+    assert all("rank-6" in b.reason for b in blockers)
+    with pytest.raises(UnsupportedError) as err:
+        CoreMLBackend().convert(model, Target("coreml"), Path("/nonexistent"))
+    assert err.value.exit_code == 4 and {b.op for b in err.value.blockers} == {"Reshape", "Transpose"}
+
+
 def test_unknown_target_and_precision_are_usage_errors() -> None:
     model = _model([helper.make_node("Relu", ["x"], ["y"])], [_vi("x", [2])], [_vi("y", [2])])
     with pytest.raises(UsageError, match="iOS99"):

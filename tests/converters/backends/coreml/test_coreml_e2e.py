@@ -126,3 +126,31 @@ def test_keras_application_with_dynamic_batch(tmp_path: Path) -> None:
     artifact, parity = convert_and_compare(model, feeds, tmp_path, dims=[(f"{name}:0", 1, 16)])
     assert parity, parity.reason
     assert parity.cases == 2
+
+
+@pytest.mark.usefixtures("coreml")
+def test_interpolate_to_a_size_with_a_dynamic_batch(tmp_path: Path) -> None:
+    """torchvision's segmentation heads: interpolate(y, size=x.shape[-2:]) exports Resize with
+    sizes Concat(Shape(y)[:2], [h, w]), run-time because the batch is symbolic; only H and W are
+    resized, so the translation needs only those entries."""
+    torch = pytest.importorskip("torch", reason="needs torch")
+    F = torch.nn.functional
+
+    class Head(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 4, 3, stride=4, padding=1)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return F.interpolate(self.conv(x), size=x.shape[-2:], mode="bilinear", align_corners=False)
+
+    torch.manual_seed(0)
+    x = torch.rand(2, 3, 16, 16)
+    batch = torch.export.Dim("batch", min=1, max=64)
+    onnx_model = to_ir(_torch_onnx(Head().eval(), (x,), dynamo=True, dynamic_shapes={"x": {0: batch}}))
+    [resize] = [n for n in onnx_model.graph if n.op_type == "Resize"]
+    assert resize.inputs[3] is not None and resize.inputs[3].const_value is None  # sizes computed at run time
+    rng = np.random.default_rng(2)
+    feeds = [{onnx_model.graph.inputs[0].name: rng.uniform(0, 1, (2, 3, 16, 16)).astype(np.float32)}]
+    _, parity = convert_and_compare(onnx_model, feeds, tmp_path)
+    assert parity, parity.reason

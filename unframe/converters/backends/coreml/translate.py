@@ -356,8 +356,40 @@ def translate(model: ir.Model, ios: int, options: dict[str, Any]) -> Translation
         program = build_program(work, ios, plans, names, translator)
     except ConversionError as exc:
         return Translation([_failure_blocker(exc, translator.at)], notes)
+    too_deep = _rank_blockers(program, work, names)
+    if too_deep:
+        return Translation(too_deep, notes)
     all_fp32 = len(work.graph) > 0 and all(keeps_fp32(n) for n in work.graph)
     return Translation([], notes, program, names, plans, translator.fp32_ops, all_fp32)
+
+
+MAX_RANK = 5  # CoreML's tensors; coremltools' converter fails on a larger one, only at its end
+
+
+def _rank_blockers(program: Program, graph: ir.Model, names: NameMap) -> list[Blocker]:
+    """Each ONNX node whose MIL value has more than 5 dimensions (Swin's window partition:
+    Reshape to [B, H/w, w, W/w, w, C]) is a blocker, found here instead of as coremltools'
+    failure after the whole conversion."""
+    onnx_of = {mil: onnx for onnx, mil in names.values.items()}
+    producer = {out.name: node for node in ir.traversal.RecursiveGraphIterator(graph.graph)
+                for out in node.outputs}
+    blockers: list[Blocker] = []
+    seen: set[str] = set()
+    for op in program.functions["main"].operations:
+        for var in op.outputs:
+            shape = getattr(var, "shape", None)
+            if shape is None or len(shape) <= MAX_RANK:
+                continue
+            node = producer.get(onnx_of.get(var.name, ""))
+            where = node.name if node is not None else var.name
+            if where in seen:
+                continue
+            seen.add(where)
+            blockers.append(Blocker(node.op_type if node is not None else op.op_type,
+                                    f"outputs a rank-{len(shape)} tensor; CoreML holds rank {MAX_RANK} at most",
+                                    where, hint="reshape so that no intermediate has more than 5 dimensions "
+                                                "(e.g. fold the batch into a neighbouring axis)"))
+    return blockers
 
 
 _NODE_PREFIX = re.compile(r"^node '[^']*' \[[^\]]*\]: ")

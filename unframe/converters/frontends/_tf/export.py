@@ -93,11 +93,38 @@ def from_keras(model: TfModel, inputs: Sequence[TensorSpec], opset: int) -> onnx
     import tf2onnx
 
     register_tf2onnx_extensions()
+    if isinstance(getattr(model.obj, "_inputs_struct", None), dict):
+        return _from_keras_by_name(model, inputs, opset)
     with warnings.catch_warnings():
         # tf2onnx calls dict-input models with a list; Keras warns but maps them by name.
         warnings.filterwarnings("ignore", message="The structure of `inputs` doesn't match")
         proto, _ = tf2onnx.convert.from_keras(model.obj, input_signature=to_tf_specs(inputs),
                                               opset=opset)
+    return proto
+
+
+def _from_keras_by_name(model: TfModel, inputs: Sequence[TensorSpec], opset: int) -> onnx.ModelProto:
+    """A model built on a dict of inputs. tf2onnx's from_keras calls it with a list, which plain
+    functional models map by name but keras-hub backbones refuse ("The structure of `inputs`
+    doesn't match"): trace a function that passes the dict, returning the outputs in the order the
+    frontend names them (``model.outputs``)."""
+    import keras
+    import tensorflow as tf
+    import tf2onnx
+
+    net = model.obj
+    key_of = {value.name: key for key, value in net._inputs_struct.items()}
+    keys = [key_of.get(t.name, t.name) for t in inputs]
+
+    def call(*tensors: Any) -> list[Any]:
+        result = net(dict(zip(keys, tensors, strict=True)), training=False)
+        if isinstance(result, dict) and all(name in result for name in model.outputs):
+            return [result[name] for name in model.outputs]
+        return keras.tree.flatten(result)
+
+    specs = to_tf_specs(inputs)
+    proto, _ = tf2onnx.convert.from_function(tf.function(call, input_signature=specs),
+                                             input_signature=specs, opset=opset)
     return proto
 
 

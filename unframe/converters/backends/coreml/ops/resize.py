@@ -38,6 +38,8 @@ def resize(ctx: TranslateContext) -> Any:
     axes = [norm_axis(int(a), rank) for a in ctx.attr("axes", list(range(rank)))]
     scales = ctx.const(2) if ctx.has(2) else None
     sizes = ctx.const(3) if ctx.has(3) else None
+    if ctx.has(3) and sizes is None:
+        sizes = _symbolic_sizes(ctx, x, axes)
     if (ctx.has(2) and scales is None) or (ctx.has(3) and sizes is None):
         raise ctx.err("Resize scales/sizes must be constant")
     roi = ctx.const(1) if ctx.has(1) else None
@@ -52,6 +54,27 @@ def resize(ctx: TranslateContext) -> Any:
     if kind in ("int32", "bool"):
         return m.cast(x=m.round(x=work), dtype=kind)
     return work
+
+
+def _symbolic_sizes(ctx: TranslateContext, x: Any, axes: list[int]) -> np.ndarray | None:
+    """Run-time sizes whose unknown entries are the input's own dims on those axes (torch's
+    interpolate: Concat(Shape(x)[:2], [h, w]) with a symbolic batch) resize only the known axes:
+    each such entry becomes the input's dim (an object array; the axis is left alone)."""
+    symbolic = getattr(ctx.inputs[3], "sym_val", None)
+    if symbolic is None:
+        return None
+    entries = list(np.asarray(symbolic).reshape(-1))
+    if len(entries) != len(axes):
+        return None
+    sizes = []
+    for entry, axis in zip(entries, axes, strict=True):
+        if isinstance(entry, (int, np.integer)) or getattr(entry, "is_Integer", False):
+            sizes.append(int(entry))
+        elif entry == x.shape[axis]:
+            sizes.append(x.shape[axis])
+        else:
+            return None
+    return np.asarray(sizes, dtype=object)
 
 
 def _attrs(ctx: TranslateContext) -> dict[str, Any]:
@@ -71,7 +94,8 @@ def _plan(ctx: TranslateContext, x: Any, axes: list[int], scales: Any, sizes: An
     rank = len(x.shape)
     plan = {}
     scale_list = [float(s) for s in np.asarray(scales).reshape(-1)] if scales is not None and np.asarray(scales).size else None
-    size_list = [int(s) for s in np.asarray(sizes).reshape(-1)] if sizes is not None and np.asarray(sizes).size else None
+    size_list = ([s if _is_symbol(s) else int(s) for s in np.asarray(sizes).reshape(-1)]
+                 if sizes is not None and np.asarray(sizes).size else None)
     roi_list = [float(r) for r in np.asarray(roi).reshape(-1)] if roi is not None and np.asarray(roi).size else None
     policy = ctx.attr("keep_aspect_ratio_policy", "stretch")
     if size_list is not None and policy != "stretch":
@@ -97,6 +121,10 @@ def _plan(ctx: TranslateContext, x: Any, axes: list[int], scales: Any, sizes: An
         plan[axis] = (in_size, out, scale, pair)
     del rank
     return plan
+
+
+def _is_symbol(value: Any) -> bool:
+    return not isinstance(value, (int, np.integer)) and not getattr(value, "is_Integer", True)
 
 
 def _static(ctx: TranslateContext, x: Any, axis: int) -> int:
