@@ -42,10 +42,12 @@ def generate_feeds(model: ir.Model, *, seed: int = 0, fills: Sequence[int] = DYN
     count = len(fills) if dynamic else 1
     shapes = [{v.name: _shape(v, fills[i], source) for v in inputs} for i in range(count)]
     check_feed_bytes(shapes, {v.name: numpy_dtype(v.dtype) for v in inputs}, source)
+    vocab = _vocabularies(model)  # integer inputs that index a table: stay within its rows
     feeds = []
     for i in range(count):
         rng = np.random.default_rng(seed + i)
-        feeds.append({v.name: random_tensor(rng, shapes[i][v.name], v.dtype) for v in inputs})
+        feeds.append({v.name: random_tensor(rng, shapes[i][v.name], v.dtype, vocab.get(v.name))
+                      for v in inputs})
     return feeds
 
 
@@ -91,14 +93,17 @@ def _dim_size(dim: int | ir.SymbolicDim, fill: int) -> int:
     return fill * len(terms) if len(terms) > 1 and all(t.isidentifier() for t in terms) else fill
 
 
-def random_tensor(rng: np.random.Generator, shape: tuple[int, ...], dt: ir.DataType | None) -> np.ndarray:
+def random_tensor(rng: np.random.Generator, shape: tuple[int, ...], dt: ir.DataType | None,
+                  rows: int | None = None) -> np.ndarray:
+    """Random values of ``dt``; integers in [0, 3), or [0, rows) when they index a table of
+    ``rows`` rows (a 2-row segment embedding must not get a 2)."""
     npdt = numpy_dtype(dt)
     # values are drawn in float64/int64 and then cast: that scratch is what has to fit
     limits.check_array(shape, np.float64 if npdt.itemsize < 8 else npdt, "a parity input")
     if npdt.kind == "f" or str(npdt) == "bfloat16":
         return rng.standard_normal(shape).astype(npdt)
     if npdt.kind in "iu":
-        return rng.integers(0, 3, size=shape).astype(npdt)
+        return rng.integers(0, min(3, rows) if rows else 3, size=shape).astype(npdt)
     if npdt.kind == "b":
         return rng.random(shape) < 0.5
     if npdt.kind == "c":
