@@ -37,6 +37,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).parent))
+from benchlib import torchvision_shim  # noqa: E402
+
 BUILD = ROOT / "model_zoo" / "build"
 OPSETS = (13, 11, 25)
 TORCH_TARGETS = ["onnx", "coreml", "tensorrt"]
@@ -44,10 +47,8 @@ KERAS_TARGETS = ["onnx", "coreml"]
 
 
 def _archs() -> Any:
+    torchvision_shim()  # transformers and timm import torchvision
     sys.path.insert(0, str(BUILD))
-    import torchvision_shim
-
-    torchvision_shim.install_import_hook()  # transformers and timm import torchvision
     import arch_models
 
     return arch_models

@@ -9,7 +9,26 @@ import statistics
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def torchvision_shim() -> None:
+    """Lightning, transformers and timm import torchvision, whose PyPI wheel is built for a CUDA
+    torch: install model_zoo/build/torchvision_shim.py's import hook here, and in every process
+    this one spawns (the callbacks' conversion workers) through tests/_site on PYTHONPATH."""
+    import sys
+
+    site = str(ROOT / "tests" / "_site")
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if site not in paths:
+        os.environ["PYTHONPATH"] = os.pathsep.join([site, *paths])
+    sys.path.insert(0, str(ROOT / "model_zoo" / "build"))
+    import torchvision_shim
+
+    torchvision_shim.install_import_hook()
 
 
 def median_time(fn: Callable[[], Any], reps: int, clock: Callable[[], float] = time.perf_counter) -> float:

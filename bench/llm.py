@@ -41,6 +41,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).parent))
+from benchlib import torchvision_shim  # noqa: E402
+
 PROMPT = 16
 
 # public configs (config.json of meta-llama/Llama-3.2-1B and Qwen/Qwen2.5-1.5B)
@@ -63,14 +66,6 @@ CASES = ("anchor_export", "unframe_export", "unframe_export_kv", "opset_unframe"
 
 
 # ------------------------------------------------------------------------------ in the child --
-def _shim() -> None:
-    """transformers imports torchvision, whose wheel needs the shim with the CPU torch pin."""
-    sys.path.insert(0, str(ROOT / "model_zoo" / "build"))
-    import torchvision_shim
-
-    torchvision_shim.install_import_hook()
-
-
 def build(arch: str, layers: int | None) -> Any:
     import torch
     import transformers
@@ -134,7 +129,7 @@ def convert_opset(which: str, path: Path, out: Path, opset: int) -> None:
 
 
 def child(case: str, folder: Path, arch: str, layers: int | None, opset: int) -> dict[str, Any]:
-    _shim()
+    torchvision_shim()
     row: dict[str, Any] = {"case": case}
     if case.endswith(("_export", "_export_kv")):
         import torch
