@@ -1,11 +1,12 @@
 """Training-time overhead of the conversion callbacks, against the same loop without them.
 
 A Lightning fit and a Keras fit (an MLP with BatchNorm and Dropout on random data, a few
-milliseconds a step), each run without the callback and with it converting to ONNX at every
-epoch's end in its background process, alternately, ``--reps`` times each. What is timed is the
-training: every step's wall time (a timing callback) and the fit up to its last epoch's end; the
-wait for the last conversion after training (``on_fit_end`` / ``on_train_end``) is reported
-apart. Prints the medians and the ratios (1.00: no overhead; target <= 1.05 of step time).
+milliseconds a step), each run without the callback, with it converting to ONNX at every epoch's
+end in its background process, alternately, ``--reps`` times each. What is timed is the
+training: every step's wall time (a timing callback), split into steps that overlapped a
+conversion and steps that did not, and the fit up to its last epoch's end; the wait for the last
+conversion after training (``on_fit_end`` / ``on_train_end``) is reported apart. Prints the
+medians and the ratios (1.00: no overhead; target <= 1.05 of step time).
 
     .venv/bin/python bench/callbacks.py [--reps 3] [--epochs 6] [--frameworks lightning,keras]
 """
@@ -24,14 +25,16 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).parent))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-from benchlib import print_rows  # noqa: E402
+from benchlib import print_rows, torchvision_shim  # noqa: E402
+
+torchvision_shim()  # Lightning imports torchvision (the CPU torch pin needs the shim)
 
 STEPS = 40
 BATCH = 256
 
 
 # ------------------------------------------------------------------------ lightning ----------
-def lightning_run(epochs: int, with_callback: bool, folder: Path) -> dict[str, Any]:
+def lightning_run(epochs: int, mode: str, folder: Path) -> dict[str, Any]:
     import lightning.pytorch as L
     import torch
     from bench_models import Regressor
@@ -41,6 +44,7 @@ def lightning_run(epochs: int, with_callback: bool, folder: Path) -> dict[str, A
     class Timer(L.Callback):
         def __init__(self) -> None:
             self.steps: list[float] = []
+            self.busy: list[bool] = []  # a conversion was running or waiting at the step's end
             self.fit_end = 0.0
 
         def on_train_batch_start(self, *args: Any) -> None:
@@ -48,6 +52,7 @@ def lightning_run(epochs: int, with_callback: bool, folder: Path) -> dict[str, A
 
         def on_train_batch_end(self, *args: Any) -> None:
             self.steps.append(time.perf_counter() - self._t)
+            self.busy.append(converting(convert))
 
         def on_train_end(self, *args: Any) -> None:
             self.fit_end = time.perf_counter()
@@ -55,8 +60,8 @@ def lightning_run(epochs: int, with_callback: bool, folder: Path) -> dict[str, A
 
     torch.manual_seed(0)
     data = torch.utils.data.TensorDataset(torch.randn(STEPS * BATCH, 64), torch.randn(STEPS * BATCH, 8))
+    convert = LightningConvert("onnx", **MODES[mode]) if mode != "plain" else None
     timer = Timer()
-    convert = LightningConvert("onnx") if with_callback else None
     # the callback's own on_train_batch_end is timed too: it comes before the timer's end
     callbacks = ([convert] if convert else []) + [timer]
     trainer = L.Trainer(max_epochs=epochs, default_root_dir=folder, callbacks=callbacks,
@@ -65,12 +70,12 @@ def lightning_run(epochs: int, with_callback: bool, folder: Path) -> dict[str, A
     start, cpu = time.perf_counter(), time.process_time()
     trainer.fit(Regressor(), torch.utils.data.DataLoader(data, batch_size=BATCH))
     done = time.perf_counter()
-    return summary(timer.steps, timer.fit_end - start, timer.cpu_end - cpu, done - timer.fit_end,
+    return summary(timer.steps, timer.busy, timer.fit_end - start, timer.cpu_end - cpu, done - timer.fit_end,
                    convert.outcomes if convert else [], convert)
 
 
 # ------------------------------------------------------------------------ keras --------------
-def keras_run(epochs: int, with_callback: bool, folder: Path) -> dict[str, Any]:
+def keras_run(epochs: int, mode: str, folder: Path) -> dict[str, Any]:
     import keras
     import numpy as np
 
@@ -80,6 +85,7 @@ def keras_run(epochs: int, with_callback: bool, folder: Path) -> dict[str, Any]:
         def __init__(self) -> None:
             super().__init__()
             self.steps: list[float] = []
+            self.busy: list[bool] = []  # a conversion was running or waiting at the step's end
             self.fit_end = 0.0
 
         def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
@@ -87,6 +93,7 @@ def keras_run(epochs: int, with_callback: bool, folder: Path) -> dict[str, Any]:
 
         def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
             self.steps.append(time.perf_counter() - self._t)
+            self.busy.append(converting(convert))
 
         def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
             self.fit_end = time.perf_counter()
@@ -104,26 +111,41 @@ def keras_run(epochs: int, with_callback: bool, folder: Path) -> dict[str, Any]:
     rng = np.random.default_rng(0)
     x = rng.normal(size=(STEPS * BATCH, 64)).astype("float32")
     y = rng.normal(size=(STEPS * BATCH, 8)).astype("float32")
+    convert = KerasConvert(folder, to="onnx", **MODES[mode]) if mode != "plain" else None
     timer = Timer()
-    convert = KerasConvert(folder, to="onnx") if with_callback else None
     start, cpu = time.perf_counter(), time.process_time()
     model.fit(x, y, epochs=epochs, batch_size=BATCH, verbose=0,
               callbacks=([convert] if convert else []) + [timer])
     done = time.perf_counter()
-    return summary(timer.steps, timer.fit_end - start, timer.cpu_end - cpu, done - timer.fit_end,
+    return summary(timer.steps, timer.busy, timer.fit_end - start, timer.cpu_end - cpu, done - timer.fit_end,
                    convert.outcomes if convert else [], convert)
 
 
-def summary(steps: list[float], train: float, cpu: float, tail: float, outcomes: list[Any],
-            convert: Any) -> dict[str, Any]:
-    steady = steps[len(steps) // 10:]  # the first epoch's warm-up (graph tracing) aside
+def converting(convert: Any) -> bool:
+    """Whether the callback's background process has a conversion running or waiting."""
+    if convert is None:
+        return False
+    converter = convert.schedule.converter
+    return converter is not None and (converter._busy or converter._pending is not None)
+
+
+def summary(steps: list[float], busy: list[bool], train: float, cpu: float, tail: float,
+            outcomes: list[Any], convert: Any) -> dict[str, Any]:
+    skip = len(steps) // 10  # the first epoch's warm-up (graph tracing) aside
+    steady = steps[skip:]
+    during = [t for t, b in zip(steady, busy[skip:], strict=True) if b]
+    between = [t for t, b in zip(steady, busy[skip:], strict=True) if not b]
     superseded = len(convert.schedule.converter.superseded) if convert is not None else 0
     return {"median_step": statistics.median(steady), "mean_step": statistics.fmean(steady),
+            "step_converting": statistics.median(during) if during else float("nan"),
+            "step_not_converting": statistics.median(between) if between else float("nan"),
+            "share_converting": len(during) / len(steady),
             "train": train, "cpu": cpu, "tail": tail, "converted": len(outcomes), "superseded": superseded,
             "ok": all(o.ok for o in outcomes)}
 
 
 RUNNERS = {"lightning": lightning_run, "keras": keras_run}
+MODES: dict[str, dict[str, Any]] = {"plain": {}, "callback": {}}
 
 
 def main() -> None:
@@ -134,35 +156,36 @@ def main() -> None:
     args = parser.parse_args()
     rows = []
     for name in args.frameworks.split(","):
-        runs: dict[bool, list[dict[str, Any]]] = {False: [], True: []}
+        runs: dict[str, list[dict[str, Any]]] = {mode: [] for mode in MODES}
         with tempfile.TemporaryDirectory(prefix="unframe-bench-") as tmp:
-            RUNNERS[name](1, False, Path(tmp))  # untimed: a process's first fit is several times slower
+            RUNNERS[name](1, "plain", Path(tmp))  # untimed: a process's first fit is several times slower
         for rep in range(args.reps):
-            order = (False, True) if rep % 2 == 0 else (True, False)
-            for with_callback in order:  # alternate: the machine's load drifts
+            order = list(MODES)[rep % len(MODES):] + list(MODES)[:rep % len(MODES)]
+            for mode in order:  # rotate: the machine's load drifts
                 with tempfile.TemporaryDirectory(prefix="unframe-bench-") as tmp:
-                    runs[with_callback].append(RUNNERS[name](args.epochs, with_callback, Path(tmp)))
-        base, cb = runs[False], runs[True]
+                    runs[mode].append(RUNNERS[name](args.epochs, mode, Path(tmp)))
+        base = runs["plain"]
 
         def med(rs: list[dict[str, Any]], key: str) -> float:
             return statistics.median(r[key] for r in rs)
 
-        ratio = med(cb, 'median_step') / med(base, 'median_step')
-        rows.append({"framework": name,
-                     "step ms plain": f"{med(base, 'median_step') * 1e3:.2f}",
-                     "step ms cb": f"{med(cb, 'median_step') * 1e3:.2f}",
-                     "step ratio": f"{ratio:.3f}",
-                     "mean step ratio": f"{med(cb, 'mean_step') / med(base, 'mean_step'):.3f}",
-                     "train s plain": f"{med(base, 'train'):.2f}",
-                     "train s cb": f"{med(cb, 'train'):.2f}",
-                     "train ratio": f"{med(cb, 'train') / med(base, 'train'):.3f}",
-                     "cpu s plain": f"{med(base, 'cpu'):.2f}",
-                     "cpu s cb": f"{med(cb, 'cpu'):.2f}",
-                     "cpu ratio": f"{med(cb, 'cpu') / med(base, 'cpu'):.3f}",
-                     "wait after s": f"{med(cb, 'tail'):.1f}",
-                     "converted": f"{med(cb, 'converted'):.0f}/{args.epochs + 1}",
-                     "superseded": f"{med(cb, 'superseded'):.0f}",
-                     "parity ok": str(all(r["ok"] for r in cb))})
+        for mode in ("callback",):
+            cb = runs[mode]
+            rows.append({"framework": name, "mode": mode,
+                         "step ms plain": f"{med(base, 'median_step') * 1e3:.2f}",
+                         "step ms cb": f"{med(cb, 'median_step') * 1e3:.2f}",
+                         "step ratio": f"{med(cb, 'median_step') / med(base, 'median_step'):.3f}",
+                         "mean step ratio": f"{med(cb, 'mean_step') / med(base, 'mean_step'):.3f}",
+                         "ratio not converting":
+                             f"{med(cb, 'step_not_converting') / med(base, 'median_step'):.3f}",
+                         "ratio converting": f"{med(cb, 'step_converting') / med(base, 'median_step'):.3f}",
+                         "steps converting": f"{med(cb, 'share_converting'):.0%}",
+                         "train ratio": f"{med(cb, 'train') / med(base, 'train'):.3f}",
+                         "cpu ratio": f"{med(cb, 'cpu') / med(base, 'cpu'):.3f}",
+                         "wait after s": f"{med(cb, 'tail'):.1f}",
+                         "converted": f"{med(cb, 'converted'):.0f}/{args.epochs + 1}",
+                         "superseded": f"{med(cb, 'superseded'):.0f}",
+                         "parity ok": str(all(r["ok"] for r in cb))})
     print(f"{args.reps} runs each, {args.epochs} epochs of {STEPS} steps (batch {BATCH}); "
           f"load average {os.getloadavg()[0]:.1f} at the end")
     print_rows(rows, width=16)

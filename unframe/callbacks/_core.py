@@ -260,14 +260,23 @@ def worker_main(conn: Any, recipe_blob: bytes, options: dict[str, Any]) -> None:
         conn.send(outcome)
 
 
+def idle_priority(pid: int = 0) -> None:
+    """Training comes first: on Linux the worker is scheduled only on a core nothing else wants
+    (SCHED_IDLE); elsewhere it gets the lowest nice level. ``pid`` 0 is the calling process."""
+    with contextlib.suppress(OSError, AttributeError):
+        os.sched_setscheduler(pid, os.SCHED_IDLE, os.sched_param(0))
+        return
+    with contextlib.suppress(OSError, AttributeError):
+        if os.getpriority(os.PRIO_PROCESS, pid) < 19:
+            os.setpriority(os.PRIO_PROCESS, pid, 19)
+
+
 def _yield_to_training() -> None:
-    """Training comes first: the worker runs at the lowest CPU priority, with one torch thread
-    (on a machine with few cores its conversions would otherwise slow the training steps)."""
+    """The worker runs at idle priority with one torch thread (on a machine with few cores its
+    conversions would otherwise slow the training steps)."""
     import sys
 
-    if os.getpriority(os.PRIO_PROCESS, 0) < 19:
-        with contextlib.suppress(OSError, AttributeError):
-            os.nice(19)
+    idle_priority()
     torch = sys.modules.get("torch")  # imported by the training script's module or the recipe
     if torch is not None:
         torch.set_num_threads(1)
@@ -396,6 +405,7 @@ class BackgroundConverter:
         self._process = ctx.Process(target=worker_main, name="unframe-convert", daemon=True,
                                     args=(child, pickle.dumps(self.recipe), self.options))
         self._process.start()
+        idle_priority(self._process.pid)  # at once: its start-up (imports) is seconds of CPU
         child.close()
         self._conn = parent
 
@@ -434,20 +444,6 @@ def _as_error(outcome: Outcome) -> UnframeError:
     err = UnframeError(f"{outcome.tag}: {first.target}: {first.error or 'parity failed'}")
     err.exit_code = first.exit_code or 5
     return err
-
-
-# ------------------------------------------------------------------------ ranks --------------
-def process_rank() -> int:
-    """This process's global rank: torch.distributed's when it is initialized, else $RANK."""
-    import sys
-
-    dist = sys.modules.get("torch.distributed")
-    if dist is not None and dist.is_available() and dist.is_initialized():
-        return int(dist.get_rank())
-    try:
-        return int(os.environ.get("RANK", "0"))
-    except ValueError:
-        return 0
 
 
 @contextlib.contextmanager
