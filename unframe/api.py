@@ -184,7 +184,7 @@ def convert(source: Any, *, from_: str | None = None, to: str | list[str] = "onn
             static: bool = False, dynamic: list[tuple[str, int, str | None]] | None = None,
             explain: bool = False, ml_opset: int | None = None, strict_parity: bool = False,
             locate: bool | float = True, debug_dir: str | os.PathLike[str] | None = None,
-            observer: pl.Observer | None = None, **options: Any) -> Any:
+            gather: bool = False, observer: pl.Observer | None = None, **options: Any) -> Any:
     """Convert ``source`` (a file path or a framework object) to ``to``: "onnx", "coreml",
     "tensorrt", a comma list or list of them, or "all" (every backend usable here).
 
@@ -198,7 +198,16 @@ def convert(source: Any, *, from_: str | None = None, to: str | list[str] = "onn
     ``strict_parity=True`` makes that a failure. When a stage fails, the divergence locator
     (``locate=True``, or a time cap in seconds) names the first diverging node on the
     ``ParityError`` (``.divergence``) and writes a repro and an error plot under ``debug_dir``
-    (default: beside the output)."""
+    (default: beside the output).
+
+    In a distributed run (torch.distributed initialized, ``$RANK`` or ``TF_CONFIG`` set) only rank
+    0 converts; the other ranks get a falsy ``SkippedResult`` at once. An FSDP-sharded model is
+    refused unless ``gather=True``, called on every rank: its full weights are gathered to rank
+    0's CPU (a collective) and rank 0 converts an unsharded copy; the live model is untouched."""
+    if not explain:
+        source, skipped = _rank_zero_only(source, gather)
+        if skipped is not None:
+            return skipped
     settings = pl.Settings(validate=validate, strict=strict_parity, trust=trust, force=force, atol=atol, rtol=rtol,
                            locate=bool(locate), debug_dir=Path(debug_dir) if debug_dir is not None else None,
                            locate_seconds=pl.Settings.locate_seconds if isinstance(locate, bool)
@@ -385,6 +394,21 @@ def save(model: Any, path: str | os.PathLike[str], *, force: bool = False,
 
 
 # ------------------------------------------------------------------------------ helpers ------
+def _rank_zero_only(source: Any, gather: bool) -> tuple[Any, Any]:
+    """The source rank 0 converts, and what the other ranks return (None on rank 0). With
+    ``gather`` every rank first joins the gather of an FSDP-sharded torch model."""
+    from unframe.distributed import SkippedResult, process_rank
+
+    if gather and not isinstance(source, (str, os.PathLike)) and any(
+            f"{c.__module__}.{c.__qualname__}" == "torch.nn.modules.module.Module"
+            for c in type(source).__mro__):
+        from unframe.converters.frontends._torch.fsdp import gather_to_rank0
+
+        source = gather_to_rank0(source, f"the live {type(source).__name__}")
+    rank = process_rank()
+    return source, (SkippedResult(rank) if rank != 0 else None)
+
+
 def _is_multi(to: Any, route: Route) -> bool:
     """A comma list, a list or "all" gets the multi-target result, even if it names one target."""
     return len(route.branches) > 1 or not isinstance(to, str) or "," in to or to.strip().lower() == "all"

@@ -22,7 +22,8 @@ from typing import Any
 
 import keras
 
-from unframe.callbacks._core import ConvertOnSchedule, Outcome, Recipe, process_rank
+from unframe.callbacks._core import ConvertOnSchedule, Outcome, Recipe
+from unframe.distributed import process_rank
 
 
 @dataclass

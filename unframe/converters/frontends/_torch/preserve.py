@@ -149,7 +149,8 @@ def _tensor_state(t: Any, spill: _Spill | None) -> _TensorState:
     copy = None
     if t.device.type != "meta":  # an uninitialized (lazy) tensor has no values to keep
         with torch.no_grad():
-            copy = spill.save(t) if spill is not None else t.detach().to("cpu", copy=True)
+            local = _local(t.detach())
+            copy = spill.save(local) if spill is not None else local.to("cpu", copy=True)
     return _TensorState(t, t.detach(), copy, t._version, t.requires_grad, t.grad)
 
 
@@ -238,12 +239,19 @@ def _restore_tensor(ts: _TensorState) -> None:
             or t.device != ts.alias.device or t.shape != ts.alias.shape):
         t.data = ts.alias  # the original storage, device and dtype
     copy = ts.copy.load() if isinstance(ts.copy, _Spilled) else ts.copy
-    if copy is not None and (t._version != ts.version or not same_bits(t.detach(), copy)):
-        t.detach().copy_(copy)
+    if copy is not None and (t._version != ts.version or not same_bits(_local(t.detach()), copy)):
+        _local(t.detach()).copy_(copy)
     if t.is_leaf and t.requires_grad != ts.requires_grad:
         t.requires_grad_(ts.requires_grad)
     if t.grad is not ts.grad:
         t.grad = ts.grad
+
+
+def _local(t: Any) -> Any:
+    """A DTensor's shard on this rank (a view of it), else the tensor itself. Kept and compared
+    shard by shard: a DTensor's own equality is a collective, which only this rank would join."""
+    to_local = getattr(type(t), "to_local", None)
+    return t.to_local() if to_local is not None else t
 
 
 def same_bits(a: Any, cpu_copy: Any) -> bool:

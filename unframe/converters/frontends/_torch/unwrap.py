@@ -6,7 +6,8 @@
 - ``DistributedDataParallel`` / ``DataParallel``: ``.module`` (the replicas are identical; the
   wrapper only adds gradient communication);
 - FSDP (``FullyShardedDataParallel``, ``fully_shard``): each rank holds a shard, so the full
-  weights must be gathered, a collective every rank has to join: refused with what to do;
+  weights must be gathered, a collective every rank has to join: done before this point when
+  the user asks (``gather=True``, _torch/fsdp.py), else refused with what to do;
 - Hugging Face ``PreTrainedModel``: exported with ``use_cache=False`` (the KV cache is a
   generation-time output, not part of the forward a user converts) unless the sample inputs
   ask for it; ``ModelOutput`` returns give the output names;
@@ -53,13 +54,17 @@ def unwrap(obj: Any, what: str) -> tuple[Any, list[str]]:
             obj = obj.module
         else:
             break
-    if is_kind(obj, _FSDP) or _has_dtensor_params(obj):
+    if is_sharded(obj):
         raise UnsupportedError(
             f"{what} is sharded with FSDP: each rank holds only part of the weights",
-            "gather the full state dict on rank 0 (torch.distributed.checkpoint's "
-            "get_model_state_dict(..., options=StateDictOptions(full_state_dict=True, "
-            "cpu_offload=True))), load it into an unsharded copy of the model and convert that")
+            "call unframe.convert(..., gather=True) on every rank: the full weights are gathered "
+            "to rank 0's CPU and rank 0 converts")
     return obj, notes
+
+
+def is_sharded(obj: Any) -> bool:
+    """FSDP1 or FSDP2 (``fully_shard``), or any module whose parameters are DTensors."""
+    return is_kind(obj, _FSDP) or _has_dtensor_params(obj)
 
 
 def _has_dtensor_params(module: Any) -> bool:
