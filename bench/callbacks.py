@@ -9,6 +9,7 @@ conversion after training (``on_fit_end`` / ``on_train_end``) is reported apart.
 medians and the ratios (1.00: no overhead; target <= 1.05 of step time).
 
     .venv/bin/python bench/callbacks.py [--reps 3] [--epochs 6] [--frameworks lightning,keras]
+                                        [--train-threads N]
 """
 
 from __future__ import annotations
@@ -153,7 +154,15 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--epochs", type=int, default=6)
     parser.add_argument("--frameworks", default="lightning,keras")
+    parser.add_argument("--train-threads", type=int, default=0,
+                        help="threads the training may use (torch intra-op, TensorFlow intra- and "
+                             "inter-op); 0: the frameworks' defaults, every core")
     args = parser.parse_args()
+    if args.train_threads:
+        import torch
+
+        torch.set_num_threads(args.train_threads)
+        os.environ["TF_NUM_INTRAOP_THREADS"] = os.environ["TF_NUM_INTEROP_THREADS"] = str(args.train_threads)
     rows = []
     for name in args.frameworks.split(","):
         runs: dict[str, list[dict[str, Any]]] = {mode: [] for mode in MODES}
@@ -186,7 +195,8 @@ def main() -> None:
                          "converted": f"{med(cb, 'converted'):.0f}/{args.epochs + 1}",
                          "superseded": f"{med(cb, 'superseded'):.0f}",
                          "parity ok": str(all(r["ok"] for r in cb))})
-    print(f"{args.reps} runs each, {args.epochs} epochs of {STEPS} steps (batch {BATCH}); "
+    print(f"training threads: {args.train_threads or 'default'} of {os.cpu_count()} cores; "
+          f"{args.reps} runs each, {args.epochs} epochs of {STEPS} steps (batch {BATCH}); "
           f"load average {os.getloadavg()[0]:.1f} at the end")
     print_rows(rows, width=16)
 

@@ -272,11 +272,17 @@ def idle_priority(pid: int = 0) -> None:
 
 
 def _yield_to_training() -> None:
-    """The worker runs at idle priority with one torch thread (on a machine with few cores its
-    conversions would otherwise slow the training steps)."""
+    """The worker runs at idle priority with one thread per library (torch, TensorFlow,
+    onnxruntime without spin-waiting): on a machine with few cores its conversions would
+    otherwise slow the training steps."""
     import sys
 
+    from unframe.validate.onnxruntime import set_default_threads
+
     idle_priority()
+    for name in ("TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS"):  # read when TF starts
+        os.environ[name] = "1"
+    set_default_threads(1)
     torch = sys.modules.get("torch")  # imported by the training script's module or the recipe
     if torch is not None:
         torch.set_num_threads(1)
