@@ -179,3 +179,29 @@ def test_a_single_external_tensor_of_64_mib_converts(tmp_path: Path):
     got = ort.InferenceSession(str(out)).run(None, {"x": x})[0]
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
     assert unframe.check(src, to="onnx")  # pre-flight agrees
+    # written to another folder, the output carries its own copy of the weights
+    assert sorted(p.name for p in out.parent.iterdir()) == ["big17.onnx", "big17.onnx.data"]
+    assert not any("shared with the source" in n for n in result.notes)
+
+
+def test_written_beside_its_source_the_output_shares_the_external_data(tmp_path: Path):
+    """As onnx's own converter does: the weights are neither read nor copied, the data file is
+    left as it was, and the output says it depends on it."""
+    src = _one_big_external_tensor(tmp_path)
+    data = tmp_path / "big.onnx.data"
+    before = (data.stat().st_mtime_ns, data.stat().st_size, _digest(data))
+    out = tmp_path / "big17.onnx"
+    result = unframe.convert_opset(src, 17, output=out)
+    assert result.report and result.report.stages[0].scale > 0.1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["big.onnx", "big.onnx.data", "big17.onnx"]
+    assert (data.stat().st_mtime_ns, data.stat().st_size, _digest(data)) == before
+    assert out.stat().st_size < 1 << 20  # the graph only
+    assert any("big.onnx.data, shared with the source" in n for n in result.notes)
+    saved = onnx.load(out, load_external_data=False)
+    assert saved.opset_import[0].version == 17
+    location = {e.key: e.value for e in saved.graph.initializer[0].external_data}["location"]
+    assert location == "big.onnx.data"
+    x = np.random.default_rng(2).standard_normal((2, 4096)).astype(np.float32)
+    ref = ort.InferenceSession(str(src)).run(None, {"x": x})[0]
+    got = ort.InferenceSession(str(out)).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)

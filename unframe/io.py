@@ -669,15 +669,23 @@ def tensor_bytes(model: ir.Model) -> int:
     return _nbytes(model)
 
 
-def write_onnx(model: ir.Model, path: Path, *, external_data: bool | None = None) -> list[Path]:
+def write_onnx(model: ir.Model, path: Path, *, external_data: bool | None = None,
+               final_dir: Path | None = None) -> list[Path]:
     """Write ``model`` at ``path`` (in a staging folder); weights go to ``<name>.data`` beside it
     when asked, by default when the model came with external data (its layout is kept) or is above
     the protobuf size limit. Lazy external tensors are streamed from their files, never all in
-    memory."""
+    memory. ``final_dir``: the folder the output is placed in; when every large weight is an
+    unchanged external tensor whose file is already there (an opset conversion written beside
+    its source), the output references those files as they are instead of copying them (see
+    ``shared_external_files``)."""
     has_ext = any(isinstance(v.const_value, ir.ExternalTensor) for v in model.graph.initializers.values())
     if external_data is None:
         external_data = has_ext or tensor_bytes(model) > EXTERNAL_DATA_THRESHOLD
     check_external_files_unchanged(model)
+    if external_data and final_dir is not None and shared_external_files(model, final_dir):
+        ir.save(model, path)  # external tensors keep their location, offset and length
+        check_external_files_unchanged(model)
+        return [path]
     if external_data:
         data_name = f"{path.name}.data"
         ir.save(model, path, external_data=data_name, size_threshold_bytes=EXTERNAL_TENSOR_MIN_BYTES)
@@ -698,6 +706,29 @@ def write_onnx(model: ir.Model, path: Path, *, external_data: bool | None = None
     return [path]
 
 
+def shared_external_files(model: ir.Model, final_dir: Path) -> list[str]:
+    """The external data files (locations) an output placed in ``final_dir`` can share with its
+    source instead of copying them: only when every initializer (subgraphs included) above the
+    inline size is an external tensor of a file in that folder, by a plain relative location.
+    Then the data is read by nothing and written by nothing (a 4.7 GB file is not copied at disk
+    speed); the output depends on the file as the source does, which the result's notes say.
+    [] when anything else is needed (new or changed large tensors, files in another folder)."""
+    folder = final_dir.resolve()
+    locations: set[str] = set()
+    for graph in model.graphs():
+        for value in graph.initializers.values():
+            tensor = value.const_value
+            if isinstance(tensor, ir.ExternalTensor):
+                location = Path(tensor.location)
+                if (tensor.base_dir is None or Path(tensor.base_dir).resolve() != folder
+                        or location.is_absolute() or ".." in location.parts):
+                    return []
+                locations.add(tensor.location)
+            elif tensor is not None and tensor.nbytes > EXTERNAL_TENSOR_MIN_BYTES:
+                return []
+    return sorted(locations)
+
+
 def _base_dir(model: ir.Model) -> str | None:
     for v in model.graph.initializers.values():
         if isinstance(v.const_value, ir.ExternalTensor):
@@ -711,7 +742,8 @@ def save_model(model: ir.Model, path: str | os.PathLike[str], *, force: bool = F
     dest = Path(path)
     check_output_path(dest, force=force)
     with staging_dir(dest) as tmp:
-        written = write_onnx(model, tmp / dest.name, external_data=external_data)
+        written = write_onnx(model, tmp / dest.name, external_data=external_data,
+                             final_dir=dest.parent if str(dest.parent) else Path("."))
         return place(written, dest.parent if str(dest.parent) else Path("."), force=force)
 
 

@@ -40,7 +40,13 @@ class OnnxBackend(Backend):
     def write(self, artifact: Artifact, path: Path) -> list[Path]:
         if path.suffix.lower() != ".onnx":
             raise UsageError(f"output {path.name} does not end in .onnx", "name the output file *.onnx")
-        written = io.write_onnx(artifact.model, path)
+        final_dir = path.parent.parent  # the staging folder is made inside the output's folder
+        shared = io.shared_external_files(artifact.model, final_dir)
+        written = io.write_onnx(artifact.model, path, final_dir=final_dir)
+        if shared and written == [path]:
+            artifact.notes.append(
+                f"weights left in {', '.join(shared)}, shared with the source rather than copied "
+                "(the output reads that file: keep it, and don't rewrite it in place)")
         artifact.path = path
         return written
 
