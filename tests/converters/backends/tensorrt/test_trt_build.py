@@ -13,7 +13,7 @@ import pytest
 from onnx import helper
 from trt_models import cnn_model, const, make_model, torch_model, trt_or_skip, vi
 
-from unframe.converters.backends.tensorrt import sidecar, trtmodule
+from unframe.converters.backends.tensorrt import preflight, sidecar, trtmodule
 from unframe.converters.backends.tensorrt.backend import TensorRTBackend
 from unframe.converters.base import RunnerUnavailable, Target
 from unframe.converters.registry import BACKENDS
@@ -233,3 +233,17 @@ def test_fp16_build_keeps_what_overflows_in_fp32_and_reports_it(backend, tmp_pat
     assert "big (max |x| 2e+05)" in kept and "h (max |x|" in kept, artifact.notes
     types = artifact.metadata["network"]["layer_output_types"]
     assert types.get("FLOAT", 0) >= 2 and types.get("HALF", 0) >= 1, types
+
+
+def test_position_ids_from_an_integer_cumsum_build(backend, tmp_path):
+    """RoBERTa's position ids (CumSum of an int64 mask): refused by the table as written, built
+    once the preparation sums the count in float32."""
+    from test_trt_prepare import position_ids_model
+
+    model = position_ids_model(length=6)
+    model.graph.inputs[0].shape = ir.Shape([2, 6])
+    model.graph.outputs[0].shape = ir.Shape([2, 6])
+    assert [b.op for b in preflight.check(model)] == ["CumSum"]
+    _, meta = convert_and_write(backend, model, target(), tmp_path)
+    assert io_of(meta, "outputs") == [("pos", "INT64", [2, 6])]
+    assert meta["network"]["layer_output_types"].get("FLOAT", 0) >= 1  # the float CumSum

@@ -1,14 +1,16 @@
-"""Graph preparation passes: constant folding, unused-node removal, int64 narrowing. Each graph is
+"""Graph preparation passes: constant folding, unused-node removal, int64 narrowing, float CumSum. Each graph is
 run with onnxruntime before and after to show the passes keep its numbers."""
 
 from __future__ import annotations
 
 import numpy as np
+import onnx_ir as ir
 from onnx import TensorProto, helper
 from trt_models import const, make_model, ort_run, vi
 
 from unframe.converters.backends.tensorrt import preflight
 from unframe.converters.backends.tensorrt.prepare import (
+    FloatCumSumPass,
     FoldConstantsPass,
     NarrowInt64Pass,
     prepare,
@@ -116,3 +118,41 @@ def test_int64_that_does_not_fit_or_is_shared_stays():
     model = make_model(nodes, [vi("x", [4, 3])], [vi("g", [2, 3]), vi("twice", [2], I64)],
                        [const("idx", np.array([1, 3], np.int64))])
     assert not NarrowInt64Pass()(model).modified  # Add needs it as int64 too
+
+
+def position_ids_model(length: int | str = "S"):
+    """RoBERTa's position ids: cumsum of the non-padding mask, times the mask, plus the padding
+    index (int64 in and out)."""
+    nodes = [helper.make_node("Equal", ["ids", "pad"], ["is_pad"]),
+             helper.make_node("Not", ["is_pad"], ["keep"]),
+             helper.make_node("Cast", ["keep"], ["mask"], to=I64),
+             helper.make_node("CumSum", ["mask", "axis"], ["count"], name="positions"),
+             helper.make_node("Mul", ["count", "mask"], ["masked"]),
+             helper.make_node("Add", ["masked", "pad"], ["pos"])]
+    inits = [const("pad", np.array(1, np.int64)), const("axis", np.array(1, np.int64))]
+    return make_model(nodes, [vi("ids", ["B", length], I64)], [vi("pos", ["B", length], I64)], inits)
+
+
+def test_a_running_count_is_summed_in_float_for_tensorrt():
+    model = position_ids_model()
+    ids = np.array([[0, 5, 9, 1, 1], [0, 7, 1, 3, 1]], np.int64)  # 1 is the padding id
+    before = ort_run(model, {"ids": ids})["pos"]
+    assert before.max() > 2  # the count actually runs
+    assert [b.op for b in preflight.check(model)] == ["CumSum"]  # int64 CumSum: refused as is
+    prepared = prepare(model)
+    cumsum = next(n for n in prepared.graph if n.op_type == "CumSum")
+    assert cumsum.inputs[0].dtype == ir.DataType.FLOAT and cumsum.outputs[0].dtype == ir.DataType.FLOAT
+    assert [o.name for o in prepared.graph.outputs] == ["pos"]
+    assert prepared.graph.outputs[0].dtype == ir.DataType.INT64
+    after = ort_run(prepared, {"ids": ids})["pos"]
+    assert after.dtype == np.int64
+    np.testing.assert_array_equal(after, before)
+    assert preflight.check(prepared) == []
+
+
+def test_integer_cumsum_that_float_would_not_hold_exactly_stays():
+    plain = make_model([helper.make_node("CumSum", ["x", "axis"], ["y"])], [vi("x", [2, 8], I64)],
+                       [vi("y", [2, 8], I64)], [const("axis", np.array(1, np.int64))])
+    assert not FloatCumSumPass()(plain).modified  # any int64 values: their sums may pass 2**24
+    too_long = position_ids_model(length=(1 << 24) + 1)
+    assert not FloatCumSumPass()(too_long).modified

@@ -66,11 +66,13 @@ class CheckReport:
 def check_report(model: ir.Model, ask_parser: bool = True) -> CheckReport:
     """Table blockers, plus (when a TensorRT module imports) the parser's own refusals of the
     graph ``convert`` would hand it: the model after the preparation passes (constant folding
-    turns computed axes and scales into initializers, which the raw parser would refuse)."""
-    blockers = preflight.check(model, trtmodule.installed_flavour())
+    turns computed axes and scales into initializers, which the raw parser would refuse). The
+    table is read against that prepared graph too: a pass that legalizes an op (an integer
+    CumSum summed in float) removes its blocker."""
+    prepared = _prepared_copy(model)
+    blockers = preflight.check(prepared, trtmodule.installed_flavour())
     if not ask_parser or trtmodule.load_or_none() is None:
         return CheckReport(blockers)
-    prepared = _prepared_copy(model)
     verdict = preflight.parser_verdict(prepared)
     if verdict is None:
         return CheckReport(blockers)

@@ -11,7 +11,10 @@ Shape inference (onnx's, through onnx-ir's ``ShapeInferencePass``) runs first, b
    which is what its "must be an initializer" restrictions ask for.
 3. ``NarrowInt64Pass``: int64 index constants that fit in int32 become int32 where the op takes
    either (TensorRT computes indices in int32; int64 needs casts inside the engine).
-4. ``RemoveUnusedNodesPass`` (onnx-ir): what folding left unused.
+4. ``FloatCumSumPass``: a running count (CumSum of a tensor cast from BOOL to an integer type,
+   as RoBERTa's and Whisper's position ids are computed) is summed in float32, which TensorRT's
+   CumSum takes, and cast back: exact, every partial sum being an integer below 2**24.
+5. ``RemoveUnusedNodesPass`` (onnx-ir): what folding left unused.
 """
 
 from __future__ import annotations
@@ -176,6 +179,59 @@ class NarrowInt64Pass(ir.passes.InPlacePass):
         return len(values)
 
 
+class FloatCumSumPass(ir.passes.InPlacePass):
+    """TensorRT's CumSum takes float types only; a running count over an integer tensor is summed
+    in float32 where that is exact.
+
+    Before::  m = Cast(Not(Equal(ids, pad)), to=INT64);  p = CumSum(m, axis)
+    After::   m = Cast(..., to=INT64);  f = Cast(m, to=FLOAT);  s = CumSum(f, axis);
+              p = Cast(s, to=INT64)
+
+    Only where the summed tensor is a ``Cast`` from BOOL (every term 0 or 1), so a partial sum is
+    an integer no greater than the length of the axis, which float32 holds exactly up to 2**24:
+    a static axis must be at most that long; a dynamic one (a sequence) is bounded by the
+    engine's optimization profile, and 16.7 million tokens is beyond any profile in practice.
+    Integer CumSum over anything else is left for the pre-flight to name.
+    """
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        count = 0
+        for node in list(model.graph):
+            if node.op_type != "CumSum" or node.domain not in DEFAULT_DOMAINS or not node.inputs:
+                continue
+            data, out = node.inputs[0], node.outputs[0]
+            if data is None or data.dtype not in _INT_TYPES or not _counts_booleans(data, node):
+                continue
+            as_float = ir.node("Cast", [data], {"to": ir.DataType.FLOAT}, name=f"{node.name}_to_float")
+            summed = ir.node("CumSum", [as_float.outputs[0], *node.inputs[1:]], dict(node.attributes),
+                             name=node.name)
+            back = ir.node("Cast", [summed.outputs[0]], {"to": data.dtype}, name=f"{node.name}_to_int")
+            for value in (as_float.outputs[0], summed.outputs[0]):
+                value.type, value.shape = ir.TensorType(ir.DataType.FLOAT), data.shape
+            back.outputs[0].type, back.outputs[0].shape = out.type, out.shape
+            ir.convenience.replace_nodes_and_values(model.graph, node, [node], [as_float, summed, back],
+                                                    [out], [back.outputs[0]])
+            count += 1
+        return ir.passes.PassResult(model, modified=bool(count))
+
+
+_INT_TYPES = {ir.DataType.INT64, ir.DataType.INT32}
+FLOAT_EXACT_INTEGERS = 1 << 24
+
+
+def _counts_booleans(data: ir.Value, cumsum: ir.Node) -> bool:
+    producer = data.producer()
+    if producer is None or producer.op_type != "Cast" or not producer.inputs or producer.inputs[0] is None:
+        return False
+    if producer.inputs[0].dtype != ir.DataType.BOOL:
+        return False
+    axis = cumsum.inputs[1].const_value if len(cumsum.inputs) > 1 and cumsum.inputs[1] is not None else None
+    if axis is None or data.shape is None:
+        return axis is not None  # rank unknown: the profile bounds the length
+    dim = data.shape[int(axis.numpy().reshape(-1)[0]) % len(data.shape)]
+    return not isinstance(dim, int) or dim <= FLOAT_EXACT_INTEGERS
+
+
 def _int64_const(value: ir.Value | None, graph_inputs: set[str]) -> np.ndarray | None:
     if value is None or value.const_value is None or value.name in graph_inputs:
         return None
@@ -214,6 +270,7 @@ def prepare(model: ir.Model) -> ir.Model:
         common_passes.LiftConstantsToInitializersPass(lift_all_constants=True, size_limit=0),
         FoldConstantsPass(),
         NarrowInt64Pass(),
+        FloatCumSumPass(),
         common_passes.RemoveUnusedNodesPass(),
     ], steps=1)
     return passes(model).model
