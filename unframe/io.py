@@ -395,7 +395,38 @@ def check_graph(proto: onnx.ModelProto, where: str) -> None:
                                "store them dense (onnx.numpy_helper) and re-export")
     _check_inputs(proto.graph, where)
     _check_schemas(proto, where, local_fns)
+    _check_type_attributes(proto, where)
     _check_dataflow(proto, where)
+
+
+# ai.onnx attributes whose integer value is a TensorProto data type (Cast's "to", the Random*
+# and EyeLike "dtype", the window functions' "output_datatype")
+TYPE_ATTRIBUTES = frozenset({"to", "dtype", "output_datatype"})
+
+
+def _check_type_attributes(proto: onnx.ModelProto, where: str) -> None:
+    """A data-type attribute holds a data type ONNX defines: the checker lets any integer
+    through, and every consumer (shape inference, the CoreML and TensorRT translators) would
+    fail on it untyped."""
+    nodes = [*_all_nodes(proto.graph), *(n for f in proto.functions for n in f.node)]
+    for node in nodes:
+        if node.domain not in ("", "ai.onnx"):
+            continue
+        for a in node.attribute:
+            if a.name in TYPE_ATTRIBUTES and a.type == onnx.AttributeProto.INT and not _is_data_type(a.i):
+                raise InputError(f"{where}: {node.op_type} node {node.name or '(unnamed)'!r} has "
+                                 f"{a.name}={a.i}, which is not an ONNX data type",
+                                 "the model is broken or written by a newer onnx; re-export it")
+
+
+def _is_data_type(code: int) -> bool:
+    if code == 0:  # UNDEFINED
+        return False
+    try:
+        ir.DataType(code)
+    except (ValueError, TypeError):
+        return False
+    return True
 
 
 def _check_inputs(graph: onnx.GraphProto, where: str) -> None:
@@ -561,12 +592,37 @@ def _check_dataflow(proto: onnx.ModelProto, where: str) -> None:
         if not _acyclic(nodes, producers, available):
             raise InputError(f"{where}: the graph has a cycle", "the graph is broken; re-export the model")
         inner = frozenset(available | set(producers))
-        for node in nodes:
-            for a in node.attribute:
-                for sub in ([a.g] if a.HasField("g") else []) + list(a.graphs):
-                    sub_local = {i.name for i in sub.input} | {t.name for t in sub.initializer}
-                    stack.append((sub.node, sub_local | {t.values.name for t in sub.sparse_initializer}, inner,
-                                  [o.name for o in sub.output]))
+        for index, node in enumerate(nodes):
+            subgraphs = [sub for a in node.attribute for sub in ([a.g] if a.HasField("g") else []) + list(a.graphs)]
+            if not subgraphs:
+                continue
+            # a subgraph sees the values computed before its node, not the node's own outputs
+            # nor anything computed from them (a hidden cycle no runtime can order)
+            seen = inner - _downstream(nodes, index, producers)
+            for sub in subgraphs:
+                sub_local = {i.name for i in sub.input} | {t.name for t in sub.initializer}
+                stack.append((sub.node, sub_local | {t.values.name for t in sub.sparse_initializer}, seen,
+                              [o.name for o in sub.output]))
+
+
+def _downstream(nodes: Any, start: int, producers: dict[str, int]) -> set[str]:
+    """The values node ``start`` produces and every value computed from them in ``nodes``."""
+    readers: dict[str, list[int]] = {}
+    for i, node in enumerate(nodes):
+        for name in node.input:
+            readers.setdefault(name, []).append(i)
+    out: set[str] = set()
+    todo, done = [start], {start}
+    while todo:
+        node = nodes[todo.pop()]
+        for name in node.output:
+            if name and producers.get(name) is not None:
+                out.add(name)
+                for reader in readers.get(name, ()):
+                    if reader not in done:
+                        done.add(reader)
+                        todo.append(reader)
+    return out
 
 
 def _producers(nodes: Any, where: str, defined: set[str]) -> dict[str, int]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import os
 import random
 import sys
 import tempfile
@@ -18,7 +19,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-OUT = ROOT / "bench" / "out" / "fuzz" / "seeds"
+OUT = Path(os.environ.get("UNFRAME_FUZZ_OUT", ROOT / "bench" / "out" / "fuzz")) / "seeds"  # tests point it elsewhere
 ZOO = (ROOT / "bench" / "out" / "zoo", ROOT / "model_zoo" / "built")
 sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "tests" / "converters" / "backends" / "tensorrt")]
 

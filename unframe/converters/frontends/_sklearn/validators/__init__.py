@@ -22,6 +22,8 @@ code relies on is wrong. A new type is one function in the family's module below
 from __future__ import annotations
 
 import inspect
+import lzma
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -77,14 +79,13 @@ def load_validated(path: Path) -> Any:
     """Load a .skops file without --trust: validate, then let skops build it."""
     from zipfile import BadZipFile, ZipFile
 
-    from unframe.converters.frontends._sklearn.validators import _skops
     from unframe.converters.frontends._sklearn.validators.structure import check_structure
 
     try:
         with ZipFile(path) as zf:
             root = _read(zf, path)
             validate_nodes(root, path)  # a crafted validated object is refused even beside
-            untrusted = _skops.untrusted_types(root)  # a type that needs --trust
+            untrusted = _untrusted(root, path)  # a type that needs --trust
             unchecked = sorted(untrusted - set(VALIDATORS.keys()))
             if unchecked:
                 raise TrustRequiredError(
@@ -93,7 +94,8 @@ def load_validated(path: Path) -> Any:
                     "inspect them, and pass --trust (trust=True) only if you trust the file",
                     details={"untrusted_types": unchecked})
             model = _build(root, path)
-    except (BadZipFile, OSError, KeyError, ValueError) as exc:
+    except (BadZipFile, OSError, KeyError, ValueError, EOFError, zlib.error, lzma.LZMAError) as exc:
+        # (a member whose compressed data is corrupt: zlib/lzma errors, EOFError when truncated)
         raise InputError(f"{path}: not a readable skops file ({_first_line(exc)})",
                          "check that the file is complete and was written by skops.io.dump") from None
     except RecursionError:
@@ -110,6 +112,15 @@ def _read(zf: Any, path: Path) -> Any:
     except Invalid as exc:
         raise InputError(f"{path}: {exc}", CRAFTED_HINT) from None
     except (TypeError, AttributeError) as exc:  # a schema entry of the wrong shape
+        raise InputError(f"{path}: malformed skops schema ({_first_line(exc)})", CRAFTED_HINT) from None
+
+
+def _untrusted(root: Any, path: Path) -> set[str]:
+    from unframe.converters.frontends._sklearn.validators import _skops
+
+    try:
+        return _skops.untrusted_types(root)
+    except (TypeError, AttributeError) as exc:  # e.g. a node whose module name is null
         raise InputError(f"{path}: malformed skops schema ({_first_line(exc)})", CRAFTED_HINT) from None
 
 
