@@ -235,6 +235,16 @@ def _stats() -> dict[str, Any]:
 
 
 def _rss_mb() -> int:
+    """This process's peak RSS: VmHWM, which starts afresh at exec. (ru_maxrss does not: Linux
+    carries the forking parent's size across exec, so a campaign started from a 3 GB pytest
+    worker read as 3 GB before its first input.)"""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) // 1024
+    except OSError:
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
 
 
