@@ -121,11 +121,12 @@ def test_int64_that_does_not_fit_or_is_shared_stays():
 
 
 def position_ids_model(length: int | str = "S"):
-    """RoBERTa's position ids: cumsum of the non-padding mask, times the mask, plus the padding
-    index (int64 in and out)."""
+    """RoBERTa's position ids: cumsum of the non-padding mask (``mask.int()``, widened to int64 by
+    torch's cumsum), times the mask, plus the padding index (int64 in and out)."""
     nodes = [helper.make_node("Equal", ["ids", "pad"], ["is_pad"]),
              helper.make_node("Not", ["is_pad"], ["keep"]),
-             helper.make_node("Cast", ["keep"], ["mask"], to=I64),
+             helper.make_node("Cast", ["keep"], ["mask32"], to=TensorProto.INT32),
+             helper.make_node("Cast", ["mask32"], ["mask"], to=I64),
              helper.make_node("CumSum", ["mask", "axis"], ["count"], name="positions"),
              helper.make_node("Mul", ["count", "mask"], ["masked"]),
              helper.make_node("Add", ["masked", "pad"], ["pos"])]

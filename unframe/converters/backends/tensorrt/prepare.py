@@ -220,16 +220,28 @@ FLOAT_EXACT_INTEGERS = 1 << 24
 
 
 def _counts_booleans(data: ir.Value, cumsum: ir.Node) -> bool:
-    producer = data.producer()
-    if producer is None or producer.op_type != "Cast" or not producer.inputs or producer.inputs[0] is None:
-        return False
-    if producer.inputs[0].dtype != ir.DataType.BOOL:
+    if not _cast_from_bool(data):
         return False
     axis = cumsum.inputs[1].const_value if len(cumsum.inputs) > 1 and cumsum.inputs[1] is not None else None
     if axis is None or data.shape is None:
         return axis is not None  # rank unknown: the profile bounds the length
     dim = data.shape[int(axis.numpy().reshape(-1)[0]) % len(data.shape)]
     return not isinstance(dim, int) or dim <= FLOAT_EXACT_INTEGERS
+
+
+def _cast_from_bool(value: ir.Value) -> bool:
+    """``value`` is BOOL cast to an integer type, maybe through more integer casts (torch's
+    ``mask.int()`` then ``cumsum``, which widens to int64): every element 0 or 1."""
+    for _ in range(4):
+        producer = value.producer()
+        if producer is None or producer.op_type != "Cast" or not producer.inputs or producer.inputs[0] is None:
+            return False
+        value = producer.inputs[0]
+        if value.dtype == ir.DataType.BOOL:
+            return True
+        if value.dtype not in _INT_TYPES:
+            return False
+    return False
 
 
 def _int64_const(value: ir.Value | None, graph_inputs: set[str]) -> np.ndarray | None:
