@@ -120,3 +120,17 @@ def test_weights_past_the_threshold_go_to_external_data(exporter: str, tmp_path:
     reloaded = OnnxRuntimeRunner(tmp_path / "out.onnx")
     feed = result.feeds[0]
     np.testing.assert_allclose(reloaded.run(feed)["output_0"], ref.run(feed)["output_0"], atol=1e-6)
+
+
+def test_data_dependent_code_every_exporter_refused_is_exit_4() -> None:
+    """Exit 4 (the model has what no exporter takes), not 9, once both exporters were tried; with
+    one exporter left untried it is still a failure with that exporter as the hint."""
+    failures = ["dynamo export of M: data-dependent control flow at m.py:3 (y.sum() > 0)",
+                "torchscript export of M: unsupported"]
+    both = exp.conversion_error(failures, True, ("dynamo", "torchscript"))
+    assert both.exit_code == 4 and "data-dependent" in str(both) and "--static" in both.hint
+    one = exp.conversion_error(failures[:1], True, ("dynamo",))
+    assert isinstance(one, ConversionError) and one.exit_code == 9
+    assert "--exporter torchscript" in one.hint
+    not_data = exp.conversion_error(failures, False, ("dynamo", "torchscript"))
+    assert isinstance(not_data, ConversionError)

@@ -29,7 +29,7 @@ from unframe.converters.frontends._torch.inputs import (
     export_example,
     param_names,
 )
-from unframe.errors import ConversionError
+from unframe.errors import ConversionError, UnframeError, UnsupportedError
 
 DYNAMO_OPSETS = (18, 23)  # torchlib is written at 18; torch converts up to ONNX_MAX_OPSET
 TORCHSCRIPT_OPSETS = (7, 20)
@@ -217,9 +217,17 @@ def _first_meaningful_line(exc: BaseException) -> str:
 
 
 def conversion_error(failures: list[str], data_dependent: bool, tried: tuple[str, ...], *,
-                     exported_program: bool = False) -> ConversionError:
-    """The failures of every exporter tried, and a hint that suggests only what was not tried."""
+                     exported_program: bool = False) -> UnframeError:
+    """The failures of every exporter tried, and a hint that suggests only what was not tried.
+    Data-dependent code that every exporter was tried on (and refused) is a model the exporters
+    can't take: exit 4, as an unsupported op is, not a failure of the conversion (exit 9)."""
     untried = [route for route in ("dynamo", "torchscript") if route not in tried]
+    if data_dependent and not untried and not exported_program:
+        return UnsupportedError(
+            "no torch.onnx exporter takes this model's data-dependent code: " + " | ".join(failures),
+            "pass --static or sample inputs that avoid the data-dependent branch, move the "
+            "data-dependent part (e.g. detection post-processing) out of the exported module, "
+            "or export it to ONNX yourself")
     steps = [f"try --exporter {untried[0]}"] if untried else []
     if data_dependent:
         steps.append("pass --static or sample inputs that avoid the data-dependent branch")
