@@ -485,6 +485,11 @@ def _check_node(node: onnx.NodeProto, imports: dict[str, int], where: str,
                 local_fns: set[tuple[str, str]], in_function: bool = False) -> None:
     from unframe.opset import FALLBACK_OPSET, norm_domain
 
+    for a in node.attribute:  # in every domain: onnx-ir reads a missing one as an empty value
+        field = _ATTR_FIELD.get(a.type)
+        if field and not a.HasField(field) and not (in_function and a.ref_attr_name):
+            raise InputError(f"{where}: {_label(node)} has attribute {a.name!r} without its value",
+                             "the model is broken; re-export it")
     domain = norm_domain(node.domain)
     if domain not in ("", ML_DOMAIN) or (node.domain, node.op_type) in local_fns:
         return
@@ -554,10 +559,6 @@ def _check_attributes(node: onnx.NodeProto, sig: _Signature, where: str, in_func
                 if a.type in onnx.AttributeProto.AttributeType.values() else str(a.type)
             raise InputError(f"{where}: {_label(node)} has attribute {a.name!r} of type {given}, expected "
                              f"{spec[1]}", "the model is broken; re-export it")
-        field = _ATTR_FIELD.get(a.type)
-        if field and not a.HasField(field):
-            raise InputError(f"{where}: {_label(node)} has attribute {a.name!r} without its value",
-                             "the model is broken; re-export it")
     missing = [name for name, spec in sig.attributes.items() if spec[2] and name not in seen]
     if missing:
         raise InputError(f"{where}: {_label(node)} lacks the required attribute {missing[0]!r}",

@@ -205,10 +205,11 @@ def check_inline_tensor(t: onnx.TensorProto, where: str) -> None:
     need = tensor_nbytes(t, where)
     field, per = _FIELD_OF.get(t.data_type, ("int32_data", 1))
     stray = [f for f in _DATA_FIELDS if f != field and len(getattr(t, f))]
-    if stray or (t.raw_data and len(getattr(t, field))):
+    has_raw = t.HasField("raw_data")  # set but empty still counts: readers take raw_data then
+    if stray or (has_raw and len(getattr(t, field))):
         raise InputError(f"{where}: tensor {t.name!r} of type {_type_name(t.data_type)} holds data in "
                          f"{(stray or [field])[0]}, where its type is not stored", "the file is corrupt; re-export the model")
-    if t.raw_data:
+    if has_raw:
         if need is None:
             raise InputError(f"{where}: string tensor {t.name!r} has raw data", "the model is broken; re-export it")
         if len(t.raw_data) != need:
