@@ -154,3 +154,33 @@ def test_interpolate_to_a_size_with_a_dynamic_batch(tmp_path: Path) -> None:
     feeds = [{onnx_model.graph.inputs[0].name: rng.uniform(0, 1, (2, 3, 16, 16)).astype(np.float32)}]
     _, parity = convert_and_compare(onnx_model, feeds, tmp_path)
     assert parity, parity.reason
+
+
+@pytest.mark.usefixtures("coreml")
+@pytest.mark.parametrize("window", ["head", "tail"])
+def test_slice_bounds_known_only_at_run_time(tmp_path: Path, window: str) -> None:
+    """A position table cut to the run-time sequence length (keras-hub's position embedding):
+    ``table[:S]``, and ``table[-S:]`` (a negative run-time start, an open end), for two lengths."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(5)
+    table = rng.standard_normal((16, 8)).astype(np.float32)
+    nodes = [helper.make_node("Shape", ["x"], ["shape"]),
+             helper.make_node("Gather", ["shape", "one"], ["seq"], axis=0),
+             helper.make_node("Unsqueeze", ["seq", "zero"], ["seq1"])]
+    if window == "head":
+        nodes.append(helper.make_node("Slice", ["table", "zero", "seq1", "zero"], ["pos"]))
+    else:
+        nodes += [helper.make_node("Neg", ["seq1"], ["minus"]),
+                  helper.make_node("Slice", ["table", "minus", "open", "zero"], ["pos"])]
+    nodes.append(helper.make_node("Add", ["x", "pos"], ["y"]))
+    inits = [numpy_helper.from_array(table, "table"), numpy_helper.from_array(np.array(1, np.int64), "one"),
+             numpy_helper.from_array(np.array([0], np.int64), "zero"),
+             numpy_helper.from_array(np.array([np.iinfo(np.int64).max], np.int64), "open")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", "S", 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["B", "S", 8])], inits)
+    model = to_ir(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10))
+    feeds = [{"x": rng.standard_normal((2, n, 8)).astype(np.float32)} for n in (3, 5)]
+    _, parity = convert_and_compare(model, feeds, tmp_path)
+    assert parity, parity.reason
+    assert parity.cases == 2 and parity.scale > 1.0

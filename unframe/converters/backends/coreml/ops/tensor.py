@@ -169,7 +169,7 @@ def slice_(ctx: TranslateContext) -> Any:
     rank = ctx.rank(0)
     starts, ends = ctx.ints(1), ctx.ints(2)
     if starts is None or ends is None:
-        raise ctx.err("Slice starts/ends must be constant")
+        return _runtime_slice(ctx, x, rank)
     axes = ctx.ints(3) if ctx.has(3) else list(range(len(starts or [])))
     steps = ctx.ints(4) if ctx.has(4) else [1] * len(axes)
     if starts is None or ends is None or axes is None or steps is None:
@@ -194,6 +194,40 @@ def slice_(ctx: TranslateContext) -> Any:
     return m.slice_by_index(x=x, begin=np.array(begin, dtype=np.int32), end=np.array(end, dtype=np.int32),
                             stride=np.array(stride, dtype=np.int32), begin_mask=begin_mask,
                             end_mask=end_mask)
+
+
+def _runtime_slice(ctx: TranslateContext, x: Any, rank: int) -> Any:
+    """Starts or ends known only at run time (e.g. a position table cut to the sequence length,
+    ``table[:Shape(x)[1]]``): begin and end are built in the program, each bound normalized as
+    ONNX does (a negative one counts from the end, then clamped to [0, size]). Axes must be
+    constant and steps 1."""
+    m = mb()
+    axes = ctx.ints(3) if ctx.has(3) else None
+    count = ctx.x(1).shape[0] if ctx.x(1).shape else None
+    if axes is None and isinstance(count, (int, np.integer)):
+        axes = list(range(int(count)))
+    if axes is None:
+        raise ctx.err("Slice with run-time starts/ends needs constant axes")
+    steps = ctx.ints(4) if ctx.has(4) else [1] * len(axes)
+    if steps is None or any(st != 1 for st in steps):
+        raise ctx.err("Slice with run-time starts/ends needs constant steps of 1")
+    axes = [norm_axis(a, rank) for a in axes]
+    shape = m.shape(x=x)
+    bounds = {name: m.cast(x=ctx.x(i), dtype="int32") for name, i in (("begin", 1), ("end", 2))}
+    begin, end = [], []
+    for a in range(rank):
+        size = m.slice_by_index(x=shape, begin=np.array([a], dtype=np.int32), end=np.array([a + 1], dtype=np.int32))
+        if a not in axes:
+            begin.append(np.zeros(1, dtype=np.int32))
+            end.append(size)
+            continue
+        i = axes.index(a)
+        for name, out in (("begin", begin), ("end", end)):
+            v = m.slice_by_index(x=bounds[name], begin=np.array([i], dtype=np.int32),
+                                 end=np.array([i + 1], dtype=np.int32))
+            v = m.select(cond=m.less(x=v, y=np.int32(0)), a=m.add(x=v, y=size), b=v)
+            out.append(m.minimum(x=m.maximum(x=v, y=np.int32(0)), y=size))
+    return m.slice_by_index(x=x, begin=m.concat(values=begin, axis=0), end=m.concat(values=end, axis=0))
 
 
 def _open(v: int) -> bool:
