@@ -141,3 +141,27 @@ def test_first_feeds_index_a_two_row_table_within_its_rows(tmp_path: Path) -> No
     result = unframe.convert_opset(src, 17, output=tmp_path / "seg17.onnx")
     [stage] = [s for s in result.report.stages if s.stage == "opset"]
     assert stage and not stage.weak  # ran on both sides, on outputs that vary
+
+
+def test_ids_through_tf2onnx_negative_index_wrap_stay_within_the_table(tmp_path: Path) -> None:
+    """tf2onnx writes GatherV2's indices as ``Add(Cast(x), Mul(Cast(Less(x, 0)), rows))`` (a
+    negative index counts from the end): the bound is found through it (keras-hub BERT's opset
+    routes were refused with exit 3 until it was)."""
+    table = numpy_helper.from_array(np.random.default_rng(1).standard_normal((2, 4)).astype(np.float32), "seg")
+    nodes = [helper.make_node("Cast", ["segment_ids"], ["ids64"], to=TensorProto.INT64),
+             helper.make_node("Less", ["ids64", "zero"], ["neg"]),
+             helper.make_node("Cast", ["neg"], ["neg64"], to=TensorProto.INT64),
+             helper.make_node("Mul", ["neg64", "rows"], ["shift"]),
+             helper.make_node("Add", ["shift", "ids64"], ["idx"]),
+             helper.make_node("Gather", ["seg", "idx"], ["y"])]
+    inits = [table, numpy_helper.from_array(np.array(0, np.int64), "zero"),
+             numpy_helper.from_array(np.array(2, np.int64), "rows")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("segment_ids", TensorProto.INT32, ["N", 6])],
+                          [helper.make_tensor_value_info("y", F, ["N", 6, 4])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    src = tmp_path / "seg.onnx"
+    onnx.save(m, src)
+    result = unframe.convert_opset(src, 17, output=tmp_path / "seg17.onnx")
+    [stage] = [s for s in result.report.stages if s.stage == "opset"]
+    assert stage and not stage.weak

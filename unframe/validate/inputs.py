@@ -160,8 +160,11 @@ def _redraw(rng: np.random.Generator, name: str, like: np.ndarray, floats: str, 
 
 
 def _vocabularies(model: ir.Model) -> dict[str, int]:
-    """Integer graph inputs used (directly or through Cast/Unsqueeze/Reshape) as the indices of a
-    Gather from a constant table: the table's length along the gathered axis is the vocabulary."""
+    """Integer graph inputs that become the indices of a Gather from a constant table: the
+    table's length along the gathered axis is the vocabulary (the smallest, when an input
+    indexes several). The index is followed back through reshapes and casts and through
+    tf2onnx's wrap of negative indices, ``Add(Cast(x), Mul(Cast(Less(x, 0)), n))``; a generated
+    integer is drawn from [0, 3) anyway, so narrowing an input it also reaches is harmless."""
     inputs = {v.name for v in graph_inputs(model)}
     found: dict[str, int] = {}
     for node in model.graph:
@@ -170,15 +173,29 @@ def _vocabularies(model: ir.Model) -> dict[str, int]:
         table = node.inputs[0].const_value
         if table is None:
             continue
-        source = _through_reshapes(node.inputs[1])
-        if source is not None and source.name in inputs:
-            axis = node.attributes.get_int("axis", 0)
-            found[source.name] = int(table.shape[axis])
+        rows = int(table.shape[node.attributes.get_int("axis", 0)])
+        for source in _index_sources(node.inputs[1]):
+            if source.name in inputs:
+                found[source.name] = min(rows, found.get(source.name, rows))
     return found
 
 
-def _through_reshapes(value: ir.Value | None) -> ir.Value | None:
-    while value is not None and value.producer() is not None and \
-            value.producer().op_type in ("Cast", "Unsqueeze", "Reshape", "Squeeze", "Identity", "Flatten"):
-        value = value.producer().inputs[0]
-    return value
+_INDEX_PATH = ("Cast", "Unsqueeze", "Reshape", "Squeeze", "Identity", "Flatten", "Add", "Mul", "Less")
+
+
+def _index_sources(value: ir.Value | None, depth: int = 8) -> list[ir.Value]:
+    """The values an index is computed from, back through ``_INDEX_PATH`` ops."""
+    out: list[ir.Value] = []
+    todo = [(value, 0)]
+    seen: set[int] = set()
+    while todo:
+        v, d = todo.pop()
+        if v is None or id(v) in seen:
+            continue
+        seen.add(id(v))
+        producer = v.producer()
+        if producer is None or producer.op_type not in _INDEX_PATH or d >= depth:
+            out.append(v)
+            continue
+        todo.extend((i, d + 1) for i in producer.inputs if i is not None and i.const_value is None)
+    return out
