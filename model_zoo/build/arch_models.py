@@ -483,7 +483,10 @@ _register("tv_ssd300", "torchvision-detection", "torch", "SSD300 VGG16", **DETEC
 _register("tv_retinanet", "torchvision-detection", "torch", "RetinaNet ResNet50-FPN", **DETECTION)(
     lambda: _tv_detection("retinanet_resnet50_fpn", 128, detections_per_img=8, topk_candidates=16,
                           min_size=128, max_size=128))
-_register("tv_fasterrcnn", "torchvision-detection", "torch", "Faster R-CNN MobileNetV3-FPN 320", **DETECTION)(
+# Faster R-CNN: neither exporter takes it (dynamo: the data-dependent post-processing; TorchScript:
+# torchvision's dynamo-decorated helpers), so it goes the default way a user's call would: both
+# are tried, and the answer is exit 4
+_register("tv_fasterrcnn", "torchvision-detection", "torch", "Faster R-CNN MobileNetV3-FPN 320")(
     lambda: _tv_detection("fasterrcnn_mobilenet_v3_large_320_fpn", 160, box_detections_per_img=8,
                           rpn_pre_nms_top_n_test=32, rpn_post_nms_top_n_test=16, min_size=160, max_size=160))
 
