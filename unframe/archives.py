@@ -13,9 +13,11 @@ more than declared stops with its own error, which the loaders report as bad inp
 
 from __future__ import annotations
 
+import lzma
 import os
 import stat
 import zipfile
+import zlib
 from pathlib import Path, PurePosixPath
 
 from unframe import limits
@@ -24,6 +26,14 @@ from unframe.errors import InputError, ResourceLimitError
 MAX_ENTRIES = 100_000
 MAX_RATIO = 1000  # inflated / compressed, for entries above RATIO_FLOOR
 RATIO_FLOOR = 1 << 20  # small entries (JSON, configs) compress well and legitimately
+
+
+# What reading a damaged or unusual zip can raise: a bad directory, a member past the end,
+# corrupt deflate/lzma data, a version, encryption or compression zipfile doesn't implement
+# (NotImplementedError), a password-protected member (RuntimeError)
+ZIP_READ_ERRORS: tuple[type[BaseException], ...] = (
+    zipfile.BadZipFile, zipfile.LargeZipFile, OSError, ValueError, EOFError, NotImplementedError,
+    RuntimeError, zlib.error, lzma.LZMAError)
 
 
 def is_zip(path: Path) -> bool:
@@ -40,7 +50,7 @@ def check_zip(path: Path, what: str = "archive") -> None:
     try:
         with zipfile.ZipFile(path) as archive:
             infos = archive.infolist()
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, ValueError, EOFError, NotImplementedError) as exc:
+    except ZIP_READ_ERRORS as exc:
         raise InputError(f"{path}: not a readable {what} ({exc})", "the file may be truncated; re-save it") from None
     if len(infos) > MAX_ENTRIES:
         raise ResourceLimitError(f"{path}: the {what} has {len(infos)} entries (at most {MAX_ENTRIES})",

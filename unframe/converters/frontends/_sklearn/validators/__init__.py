@@ -22,8 +22,6 @@ code relies on is wrong. A new type is one function in the family's module below
 from __future__ import annotations
 
 import inspect
-import lzma
-import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -77,8 +75,9 @@ def validates(*type_names: str, loaders: tuple[str, ...] = ("ObjectNode",), many
 
 def load_validated(path: Path) -> Any:
     """Load a .skops file without --trust: validate, then let skops build it."""
-    from zipfile import BadZipFile, ZipFile
+    from zipfile import ZipFile
 
+    from unframe.archives import ZIP_READ_ERRORS
     from unframe.converters.frontends._sklearn.validators.structure import check_structure
 
     try:
@@ -94,12 +93,11 @@ def load_validated(path: Path) -> Any:
                     "inspect them, and pass --trust (trust=True) only if you trust the file",
                     details={"untrusted_types": unchecked})
             model = _build(root, path)
-    except (BadZipFile, OSError, KeyError, ValueError, EOFError, zlib.error, lzma.LZMAError) as exc:
-        # (a member whose compressed data is corrupt: zlib/lzma errors, EOFError when truncated)
+    except RecursionError:  # (a RuntimeError: before the zip errors, which include those)
+        raise InputError(f"{path}: the skops schema is nested too deeply", CRAFTED_HINT) from None
+    except (*ZIP_READ_ERRORS, KeyError) as exc:
         raise InputError(f"{path}: not a readable skops file ({_first_line(exc)})",
                          "check that the file is complete and was written by skops.io.dump") from None
-    except RecursionError:
-        raise InputError(f"{path}: the skops schema is nested too deeply", CRAFTED_HINT) from None
     check_structure(model, path)
     return model
 
