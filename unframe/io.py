@@ -394,31 +394,9 @@ def check_graph(proto: onnx.ModelProto, where: str) -> None:
         raise UnsupportedError(f"{where}: sparse initializers ({names}) are not supported",
                                "store them dense (onnx.numpy_helper) and re-export")
     _check_inputs(proto.graph, where)
-    _check_declared_sizes(proto, where)
     _check_schemas(proto, where, local_fns)
     _check_type_attributes(proto, where)
     _check_dataflow(proto, where)
-
-
-def _check_declared_sizes(proto: onnx.ModelProto, where: str) -> None:
-    """A graph input or output whose static shape could never be held in memory (an input of
-    2^40 floats): onnx's shape inference, which every backend runs, would spend a minute and
-    then fail to allocate inside C++ (found by fuzzing)."""
-    for kind, values in (("input", proto.graph.input), ("output", proto.graph.output)):
-        for v in values:
-            if not v.type.HasField("tensor_type") or not v.type.tensor_type.HasField("shape"):
-                continue
-            dims = v.type.tensor_type.shape.dim
-            if not all(d.HasField("dim_value") for d in dims):
-                continue  # a symbolic size is bounded when the inputs are drawn
-            try:
-                bits = limits.tensor_bits(v.type.tensor_type.elem_type) or 64
-            except InputError:
-                continue  # an unknown type is refused by the checks that read it
-            shape = [d.dim_value for d in dims]
-            limits.check_alloc(limits.shape_bytes(shape, bits / 8),
-                               f"{where}: {kind} {v.name!r} declared as {shape[:6]}",
-                               "fix the model's declared shape, or raise --max-memory if it is real")
 
 
 # ai.onnx attributes whose integer value is a TensorProto data type (Cast's "to", the Random*
@@ -528,6 +506,8 @@ def _check_node(node: onnx.NodeProto, imports: dict[str, int], where: str,
         raise InputError(f"{where}: {_label(node)} has {given} inputs; opset {version} takes "
                          f"{_arity(sig.min_input, sig.max_input)}", "the model is broken; re-export it")
     empty = [i for i in sig.required_inputs if i < given and not node.input[i]]
+    if sig.variadic_from is not None:  # (onnxruntime crashes on Max(a, b, ""))
+        empty += [i for i in range(sig.variadic_from, given) if not node.input[i]]
     if empty:
         raise InputError(f"{where}: {_label(node)} leaves its required input {empty[0]} empty",
                          "the model is broken; re-export it")
@@ -552,6 +532,7 @@ class _Signature:
     max_output: int
     attributes: dict[str, tuple[int, str, bool]]  # name -> (AttributeProto type, type name, required)
     required_inputs: tuple[int, ...] = ()  # positions that may not be left empty ("")
+    variadic_from: int | None = None  # a variadic last input: none of its entries may be empty
 
 
 @functools.lru_cache(maxsize=4096)
@@ -561,10 +542,11 @@ def _signature(op: str, version: int, domain: str) -> _Signature | None:
     except onnx.defs.SchemaError:
         return None
     attrs = {name: (int(a.type), a.type.name, bool(a.required)) for name, a in schema.attributes.items()}
-    single = onnx.defs.OpSchema.FormalParameterOption.Single
-    required = tuple(i for i, p in enumerate(schema.inputs) if p.option == single)
+    option = onnx.defs.OpSchema.FormalParameterOption
+    required = tuple(i for i, p in enumerate(schema.inputs) if p.option == option.Single)
+    variadic = next((i for i, p in enumerate(schema.inputs) if p.option == option.Variadic), None)
     return _Signature(schema.min_input, schema.max_input, schema.min_output, schema.max_output, attrs,
-                      required)
+                      required, variadic)
 
 
 def _arity(low: int, high: int) -> str:
