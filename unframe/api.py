@@ -201,7 +201,8 @@ def convert(source: Any, *, from_: str | None = None, to: str | list[str] = "onn
     (default: beside the output).
 
     In a distributed run (torch.distributed initialized, ``$RANK`` or ``TF_CONFIG`` set) only rank
-    0 converts; the other ranks get a falsy ``SkippedResult`` at once. An FSDP-sharded model is
+    0 converts a live model; the other ranks get a falsy ``SkippedResult`` at once (a file path
+    converts on every process that asks). An FSDP-sharded model is
     refused unless ``gather=True``, called on every rank: its full weights are gathered to rank
     0's CPU (a collective) and rank 0 converts an unsharded copy; the live model is untouched."""
     if not explain:
@@ -396,10 +397,13 @@ def save(model: Any, path: str | os.PathLike[str], *, force: bool = False,
 # ------------------------------------------------------------------------------ helpers ------
 def _rank_zero_only(source: Any, gather: bool) -> tuple[Any, Any]:
     """The source rank 0 converts, and what the other ranks return (None on rank 0). With
-    ``gather`` every rank first joins the gather of an FSDP-sharded torch model."""
+    ``gather`` every rank first joins the gather of an FSDP-sharded torch model. A file source
+    (the CLI, the zoo, a checkpoint) converts on whichever process asks."""
     from unframe.distributed import SkippedResult, process_rank
 
-    if gather and not isinstance(source, (str, os.PathLike)) and any(
+    if isinstance(source, (str, os.PathLike)):
+        return source, None
+    if gather and any(
             f"{c.__module__}.{c.__qualname__}" == "torch.nn.modules.module.Module"
             for c in type(source).__mro__):
         from unframe.converters.frontends._torch.fsdp import gather_to_rank0

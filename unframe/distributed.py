@@ -1,7 +1,8 @@
 """Distributed training runs: which rank this process is, and what the ranks other than 0 get.
 
-In a distributed run only rank 0 converts (``unframe.convert`` and the callbacks alike); the
-other ranks return at once with a ``SkippedResult``. The rank comes from, in order:
+In a distributed run only rank 0 converts a live model (``unframe.convert`` and the callbacks
+alike); the other ranks return at once with a ``SkippedResult``. A file path converts on every
+process that asks (the CLI and the zoo run where they are started). The rank comes from, in order:
 torch.distributed when it is initialized; ``$RANK`` (torchrun, Lightning, accelerate, DeepSpeed);
 ``TF_CONFIG`` (Keras multi-worker: the chief, or worker 0 when there is no chief, is rank 0).
 Nothing here imports a framework: torch.distributed is read only if the script imported it.

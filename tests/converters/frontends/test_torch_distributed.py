@@ -93,3 +93,13 @@ def test_fsdp_model_gathered_on_rank_zero_when_asked(tmp_path: Path) -> None:
     for report in (r0, r1):
         for sharded, twin in report["losses"]:
             assert sharded == pytest.approx(twin, rel=1e-5, abs=1e-6)
+
+
+def test_a_file_converts_on_every_rank(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CLI and the zoo convert files where they are started, $RANK or not."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 4), nn.Tanh())
+    first = unframe.convert(model, to="onnx", sample_inputs=torch.randn(2, 4), output=tmp_path / "m.onnx")
+    monkeypatch.setenv("RANK", "2")
+    again = unframe.convert_opset(first.path, 18, output=tmp_path / "m18.onnx")
+    assert again.report and (tmp_path / "m18.onnx").exists()
