@@ -109,12 +109,70 @@ class Snapshot:
         model.functions.update(restored.functions)
 
 
+# onnx's data propagation materializes a broadcast shape's values: a declared dim of 2**40 (a fuzzed
+# Mul against a [2**40] input) took 56 s and every byte of memory before a bad_alloc. Past this many
+# elements in one declared tensor, inference runs without it (no real graph computes shapes there).
+_DATA_PROP_MAX_ELEMENTS = 2**32
+
+
+def _declares_huge_tensor(graph: onnx.GraphProto | onnx.FunctionProto) -> bool:
+    declared = graph.value_info if isinstance(graph, onnx.FunctionProto) else (*graph.input, *graph.output,
+                                                                                *graph.value_info)
+    for vi in declared:
+        if vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape"):
+            count = 1
+            for dim in vi.type.tensor_type.shape.dim:
+                if dim.HasField("dim_value") and dim.dim_value > 0:
+                    count *= dim.dim_value
+            if count > _DATA_PROP_MAX_ELEMENTS:
+                return True
+    for node in graph.node:
+        for attr in node.attribute:
+            subgraphs = [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)
+            if any(_declares_huge_tensor(g) for g in subgraphs):
+                return True
+    return False
+
+
+def declares_huge_tensor(model: ir.Model) -> bool:
+    """Whether any value of ``model`` (subgraphs and functions included) declares a static shape
+    of more than ``_DATA_PROP_MAX_ELEMENTS`` elements: then onnx's data propagation must not run."""
+    from onnx_ir.traversal import RecursiveGraphIterator
+
+    def huge(value: ir.Value | None) -> bool:
+        if value is None or value.shape is None:
+            return False
+        count = 1
+        for dim in value.shape:
+            if isinstance(dim, int) and dim > 0:
+                count *= dim
+        return count > _DATA_PROP_MAX_ELEMENTS
+
+    for graph in (model.graph, *model.functions.values()):
+        if any(huge(v) for v in (*graph.inputs, *graph.outputs)):
+            return True
+        for node in RecursiveGraphIterator(graph):
+            if any(huge(v) for v in (*node.inputs, *node.outputs)):
+                return True
+    return False
+
+
+def infer_shapes(proto: onnx.ModelProto, *, check_type: bool, strict_mode: bool,
+                 data_prop: bool = True) -> onnx.ModelProto:
+    """onnx's shape inference, with data propagation only where no declared tensor is astronomical
+    (see ``_DATA_PROP_MAX_ELEMENTS``)."""
+    if data_prop and any(_declares_huge_tensor(g) for g in (proto.graph, *proto.functions)):
+        data_prop = False
+    return onnx.shape_inference.infer_shapes(proto, check_type=check_type, strict_mode=strict_mode,
+                                             data_prop=data_prop)
+
+
 def infer_types(model: ir.Model, values: list[ir.Value], proto: onnx.ModelProto | None = None) -> None:
     """Set type and shape on each of ``values`` that has no type, from onnx shape inference of
     ``proto`` (default: the model's ``light_proto``)."""
     try:
-        inferred = onnx.shape_inference.infer_shapes(proto if proto is not None else light_proto(model), check_type=False,
-                                                     strict_mode=False, data_prop=True)
+        inferred = infer_shapes(proto if proto is not None else light_proto(model), check_type=False,
+                                strict_mode=False)
     except Exception:  # inference only helps the adapters; without it they refuse what needs types
         return
     found: dict[str, onnx.TypeProto] = {}

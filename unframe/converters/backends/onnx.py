@@ -12,6 +12,7 @@ from unframe import io
 from unframe.converters.base import Artifact, Backend, Target
 from unframe.converters.registry import register_backend
 from unframe.errors import Blocker, UsageError
+from unframe.version_converter.types import infer_shapes
 
 
 @register_backend
@@ -74,7 +75,7 @@ def onnx_checker_blockers(model: ir.Model) -> list[Blocker]:
     except onnx.checker.ValidationError as exc:
         blockers.append(Blocker(op="model", reason=f"onnx.checker: {_one_line(exc)}"))
     try:
-        onnx.shape_inference.infer_shapes(proto, check_type=True, strict_mode=True, data_prop=True)
+        infer_shapes(proto, check_type=True, strict_mode=True)
     except Exception as exc:  # InferenceError, ValidationError
         blockers.append(Blocker(op="model", reason=f"strict shape inference: {_one_line(exc)}"))
     return blockers

@@ -268,8 +268,11 @@ def _retype(value: ir.Value, array: np.ndarray) -> None:
 def infer_shapes(model: ir.Model) -> ir.Model:
     """onnx shape inference through onnx-ir, best effort: folding ``Shape`` needs static shapes,
     but a model inference can't handle is still prepared (and the parser infers its own)."""
+    from unframe.version_converter.types import declares_huge_tensor
+
     try:
-        return common_passes.ShapeInferencePass(check_type=False, strict_mode=False)(model).model
+        return common_passes.ShapeInferencePass(check_type=False, strict_mode=False,
+                                                data_prop=not declares_huge_tensor(model))(model).model
     except Exception as exc:  # e.g. a >2 GB model or an op inference doesn't know
         logger.debug("shape inference skipped: %s", exc)
         return model
