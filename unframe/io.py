@@ -14,6 +14,7 @@ import functools
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 import uuid
@@ -575,6 +576,23 @@ def _check_attributes(node: onnx.NodeProto, sig: _Signature, where: str, in_func
     if missing:
         raise InputError(f"{where}: {_label(node)} lacks the required attribute {missing[0]!r}",
                          "the model is broken; re-export it")
+    if node.op_type == "Einsum" and not (in_function and any(a.ref_attr_name for a in node.attribute)):
+        _check_einsum(node, where)
+
+
+# Einsum's notation: comma-separated terms of letters and at most one ellipsis each, then
+# optionally "->" and the output's term; spaces anywhere. onnx's shape inference loops forever on
+# some strings outside it ("%s%n", found by the check campaign), so nothing else reaches it.
+_EINSUM_TERM = r"[A-Za-z ]*(?:\.\.\.[A-Za-z ]*)?"  # one reading of any string: no backtracking
+_EINSUM = re.compile(rf"{_EINSUM_TERM}(?:,{_EINSUM_TERM})*(?:->{_EINSUM_TERM})?")
+
+
+def _check_einsum(node: onnx.NodeProto, where: str) -> None:
+    equation = next((a.s for a in node.attribute if a.name == "equation"), b"")
+    text = equation.decode("utf-8", "replace")
+    if not _EINSUM.fullmatch(text):
+        raise InputError(f"{where}: {_label(node)} has equation {text[:60]!r}, which is not Einsum "
+                         "notation (letters, ',', '...' and one '->')", "the model is broken; re-export it")
 
 
 def _check_dataflow(proto: onnx.ModelProto, where: str) -> None:

@@ -8,6 +8,7 @@ harness raises on anything else, which fails the test.
 
 from __future__ import annotations
 
+import faulthandler
 import hashlib
 import sys
 from pathlib import Path
@@ -42,7 +43,13 @@ def test_replay(name: str, path: Path):
     missing = harness.available()
     if missing:
         pytest.skip(f"the {name} harness {missing}")
-    outcome = harnesses.one_input(harness, path.read_bytes())  # raises on an untyped failure
+    # a hang in native code (onnx's shape inference looped forever on one input) must fail this
+    # test, not stall the suite: the worker is stopped with a traceback after 120 s
+    faulthandler.dump_traceback_later(120, exit=True)
+    try:
+        outcome = harnesses.one_input(harness, path.read_bytes())  # raises on an untyped failure
+    finally:
+        faulthandler.cancel_dump_traceback_later()
     assert outcome == "ok" or outcome in KINDS, outcome
 
 
