@@ -43,6 +43,7 @@ from unframe.errors import ConversionError, InputError, ParityError, UnframeErro
 from unframe.opset import main_opset
 from unframe.validate.compare import FAILED, ParityReport, StageParity, compare
 from unframe.validate.runner import Runner
+from unframe.validate.tolerances import Tolerance
 
 if TYPE_CHECKING:
     import onnx_ir as ir
@@ -615,7 +616,7 @@ class ParityStage(Stage):
             return
         result.generation = compare_generation(ref, candidate, sig, flow.feeds[0],
                                                self.checks.decode_steps(flow),
-                                               (logits.atol, logits.rtol))
+                                               Tolerance(logits.atol, logits.rtol, logits.of_scale))
         if not result.generation:
             result.status = FAILED
             result.reason = f"greedy generation: {result.generation.reason}"

@@ -89,3 +89,30 @@ def test_fp16_uses_looser_default_tolerance():
     r2 = FnRunner("out", lambda f: {"y": out})
     assert compare(r1, r2, {"x": ref})  # float16 defaults: atol 1e-2
     assert not compare(r1, FnRunner("o", lambda f: {"y": ref + 5e-3}), {"x": ref})
+
+
+def test_a_tolerance_of_the_scale_admits_fp16_rounding_of_small_logits_and_nothing_more():
+    """16-bit compute leaves every logit an error of the order of the values summed into it: a
+    small logit beside a large one is held to rtol of the output's scale, not of itself."""
+    ref = np.array([[50.0, 0.5, -3.0, 10.0]], np.float32)
+    rounded = ref + np.array([[0.4, 0.6, -0.5, 0.3]], np.float32)  # within 0.02 + 0.02 * 50
+    wrong = ref.copy()
+    wrong[0, 1] = 2.0  # a small logit off by 1.5: past 0.02 + 0.02 * 50 = 1.02
+    assert not compare_arrays("logits", ref, rounded, 2e-2, 2e-2).passed  # element-wise: fails
+    scaled = compare_arrays("logits", ref, rounded, 2e-2, 2e-2, of_scale=True)
+    assert scaled.passed and scaled.scale == pytest.approx(50.0)
+    bad = compare_arrays("logits", ref, wrong, 2e-2, 2e-2, of_scale=True)
+    assert not bad.passed and bad.mismatched == 1 and "of the output scale 50" in bad.reason
+
+
+def test_a_backend_tolerance_of_the_scale_reaches_the_comparison_and_the_summary():
+    from unframe.validate.tolerances import Tolerance
+
+    ref = np.array([40.0, 0.1], np.float32)
+    r1 = FnRunner("ref", lambda f: {"y": ref})
+    r2 = FnRunner("out", lambda f: {"y": ref + np.float32(0.5)})
+    assert not compare(r1, r2, {"x": ref}, default_fn=lambda dt: (2e-2, 2e-2))
+    passed = compare(r1, r2, {"x": ref}, default_fn=lambda dt: Tolerance(2e-2, 2e-2, of_scale=True))
+    assert passed and passed.outputs[0].of_scale and "rtol of the output scale" in passed.summary()
+    # a user's --rtol sets the value and keeps the backend's reading of it
+    assert not compare(r1, r2, {"x": ref}, rtol=1e-3, default_fn=lambda dt: Tolerance(2e-2, 2e-2, True))

@@ -21,6 +21,7 @@ import numpy as np
 
 from unframe.errors import Blocker, MissingExtraError
 from unframe.validate.runner import Runner, TensorSpec
+from unframe.validate.tolerances import Tolerance
 
 if TYPE_CHECKING:
     import onnx_ir as ir
@@ -282,8 +283,9 @@ class Backend(_Component):
         outputs; None when this machine can't run it (the locator then bisects with it)."""
         return None
 
-    def tolerance(self, dtype: np.dtype, target: Target) -> tuple[float, float] | None:
-        """Backend-specific default (atol, rtol) for a dtype, e.g. looser for fp16 compute."""
+    def tolerance(self, dtype: np.dtype, target: Target) -> Tolerance | None:
+        """Backend-specific default tolerance for a dtype, e.g. looser and relative to the
+        output's scale for fp16 compute (``unframe.validate.tolerances.Tolerance``)."""
         return None
 
     def decode_steps(self, target: Target) -> int:

@@ -37,6 +37,7 @@ class OutputParity:
     scale: float = 0.0  # the reference's largest finite magnitude
     atol: float = 0.0
     rtol: float = 0.0
+    of_scale: bool = False  # rtol multiplies the output's scale (16-bit compute), see tolerances
     mismatched: int = 0
     total: int = 0
     passed: bool = True
@@ -114,6 +115,8 @@ class StageParity:
         text = (f"{self.stage}: passed on {self.cases} input set(s), {len(self.outputs)} output(s), "
                 f"max abs err {self.max_abs:.3g} ({self.rel_to_scale:.2g} of the output scale "
                 f"{self.scale:.3g})")
+        if any(o.of_scale for o in self.outputs):
+            text += ", rtol of the output scale (16-bit compute)"
         if self.top1 is not None:
             text += f", top-1 agrees on {self.top1:.0%}"
         if self.generation is not None:
@@ -190,8 +193,8 @@ def compare(ref: Runner, out: Runner, feeds: Mapping[str, np.ndarray] | Sequence
             result.status, result.reason = FAILED, problem
             return result
         for name, (a, b) in pairs.items():
-            at, rt = _tolerance(name, a, b, atol, rtol, exact, defaults, default_fn)
-            op = compare_arrays(name, a, b, at, rt)
+            tol = _tolerance(name, a, b, atol, rtol, exact, defaults, default_fn)
+            op = compare_arrays(name, a, b, tol.atol, tol.rtol, of_scale=tol.of_scale)
             seen.setdefault(name, []).append(a)
             if name in merged:
                 merged[name].merge(op)
@@ -276,7 +279,8 @@ def as_array(value: Any) -> np.ndarray:
 def _tolerance(name: str, a: np.ndarray, b: np.ndarray, atol: tolerances.Override,
                rtol: tolerances.Override, exact: Sequence[str],
                defaults: Mapping[str, tuple[float, float]] | None, default_fn: Any
-               ) -> tuple[float, float]:
+               ) -> tolerances.Tolerance:
+    of_scale = False
     if name in exact:
         base = (0.0, 0.0)
     elif defaults and name in defaults:
@@ -287,13 +291,17 @@ def _tolerance(name: str, a: np.ndarray, b: np.ndarray, atol: tolerances.Overrid
             backend = default_fn(b.dtype)
             if backend is not None:
                 base = (max(base[0], backend[0]), max(base[1], backend[1]))
-    return tolerances.pick(atol, name, base[0]), tolerances.pick(rtol, name, base[1])
+                of_scale = isinstance(backend, tolerances.Tolerance) and backend.of_scale
+    return tolerances.Tolerance(tolerances.pick(atol, name, base[0]), tolerances.pick(rtol, name, base[1]),
+                                of_scale)
 
 
-def compare_arrays(name: str, ref: np.ndarray, out: np.ndarray, atol: float, rtol: float
-                   ) -> OutputParity:
+def compare_arrays(name: str, ref: np.ndarray, out: np.ndarray, atol: float, rtol: float, *,
+                   of_scale: bool = False) -> OutputParity:
+    """Element-wise comparison; ``of_scale``: rtol is relative to the output's scale (its largest
+    finite |value|), not to each element (see ``unframe.validate.tolerances``)."""
     res = OutputParity(name, list(ref.shape), list(out.shape), _dtype_name(ref), _dtype_name(out),
-                       atol=atol, rtol=rtol, total=int(ref.size))
+                       atol=atol, rtol=rtol, of_scale=of_scale, total=int(ref.size))
     if ref.shape != out.shape:
         if ref.size == out.size and ref.size <= 1:
             out = out.reshape(ref.shape)  # scalar vs [1]: same value, harmless
@@ -313,17 +321,19 @@ def compare_arrays(name: str, ref: np.ndarray, out: np.ndarray, atol: float, rto
         elif kind_a != "int":
             res.max_abs = float(res.mismatched > 0)
     else:
-        _compare_float(res, ref, out, atol, rtol)
+        _compare_float(res, ref, out, atol, rtol, of_scale)
         res.top1 = top1_agreement(ref, out, name)
     if res.mismatched:
         res.passed = False
+        scaled = f" of the output scale {res.scale:.3g}" if of_scale else ""
         res.reason = (f"{res.mismatched} of {res.total} elements differ "
                       f"(max abs err {res.max_abs:.3g}, max rel err {res.max_rel:.3g}, "
-                      f"atol {atol:g}, rtol {rtol:g})")
+                      f"atol {atol:g}, rtol {rtol:g}{scaled})")
     return res
 
 
-def _compare_float(res: OutputParity, ref: np.ndarray, out: np.ndarray, atol: float, rtol: float) -> None:
+def _compare_float(res: OutputParity, ref: np.ndarray, out: np.ndarray, atol: float, rtol: float,
+                   of_scale: bool = False) -> None:
     a = ref.astype(np.float64)
     b = out.astype(np.float64)
     nan_a, nan_b = np.isnan(a), np.isnan(b)
@@ -332,11 +342,12 @@ def _compare_float(res: OutputParity, ref: np.ndarray, out: np.ndarray, atol: fl
     finite = ~(nan_a | nan_b | inf_a | inf_b)
     diff = np.where(finite, np.abs(a - b), 0.0)
     mag = np.abs(a)
-    bad = special_bad | (finite & (diff > atol + rtol * mag))
+    if diff.size:
+        res.scale = float(np.where(finite, mag, 0.0).max())
+    bad = special_bad | (finite & (diff > atol + rtol * (res.scale if of_scale else mag)))
     res.mismatched = int(np.count_nonzero(bad))
     if diff.size:
         res.max_abs = float(diff.max())
-        res.scale = float(np.where(finite, mag, 0.0).max())
         significant = finite & (mag > 1e-6)
         if np.any(significant):
             res.max_rel = float((diff[significant] / mag[significant]).max())

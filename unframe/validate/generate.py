@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from unframe.validate.runner import Runner
+from unframe.validate.tolerances import Tolerance
 
 PAST_PREFIX, PRESENT_PREFIX = "past_key_values.", "present."
 DEFAULT_STEPS = 32  # greedy tokens compared (the prefill's token and then one per decode step)
@@ -159,9 +160,12 @@ def cache_template(sig: DecoderSignature, feed: dict[str, np.ndarray]
 
 
 def compare_generation(ref: Runner, cand: Runner, sig: DecoderSignature, feed: dict[str, np.ndarray],
-                       steps: int, tolerance: tuple[float, float]) -> GenerationParity:
-    """Greedy generation on both runners from the feed's prompt; see the module docstring."""
-    atol, rtol = tolerance
+                       steps: int, tolerance: tuple[float, float] | Tolerance) -> GenerationParity:
+    """Greedy generation on both runners from the feed's prompt; see the module docstring. A
+    ``Tolerance`` whose rtol is of the scale (16-bit compute) holds the prefill logits to
+    ``atol + rtol * scale``, the scale being their largest |value|."""
+    atol, rtol = tolerance[0], tolerance[1]
+    of_scale = isinstance(tolerance, Tolerance) and tolerance.of_scale
     prompt = prompt_of(feed)
     template = cache_template(sig, feed)
     a = greedy(ref, sig, prompt, steps, template)
@@ -171,7 +175,9 @@ def compare_generation(ref: Runner, cand: Runner, sig: DecoderSignature, feed: d
     assert a.prefill_logits is not None and b.prefill_logits is not None
     if a.prefill_logits.shape == b.prefill_logits.shape:
         diff = np.abs(a.prefill_logits - b.prefill_logits)
-        allowed = atol + rtol * np.abs(a.prefill_logits)
+        mag = np.abs(a.prefill_logits)
+        allowed = atol + rtol * (np.where(np.isfinite(mag), mag, 0.0).max() if of_scale else mag)
+        allowed = np.broadcast_to(allowed, mag.shape)
         result.prefill_max_abs = float(diff.max())
         result.prefill_tolerance = float(allowed.max())
         if np.any(diff > allowed):

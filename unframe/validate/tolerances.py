@@ -2,11 +2,19 @@
 
 An element passes when ``|out - ref| <= atol + rtol * |ref|`` (numpy.isclose semantics). Integer,
 boolean and string outputs must match exactly.
+
+A backend that computes in 16 bits states its tolerance relative to the output's scale instead
+(``Tolerance.of_scale``): ``|out - ref| <= atol + rtol * scale``, the scale being the reference
+output's largest finite magnitude. Rounding in fp16 compute leaves each element an error of the
+order of the values accumulated into it (a logit is a sum over a layer's activations), not of its
+own magnitude: an element-wise rtol fails the small logits of an output whose large ones agree to
+three digits, as fp16 can't do better. A user's --rtol keeps the backend's reading.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import NamedTuple
 
 import numpy as np
 
@@ -19,6 +27,12 @@ DEFAULTS: dict[str, tuple[float, float]] = {
 }
 
 Override = float | Mapping[str, float] | None
+
+
+class Tolerance(NamedTuple):
+    atol: float
+    rtol: float
+    of_scale: bool = False  # rtol multiplies the output's scale, not each element's own magnitude
 
 
 def default_for(ref: np.dtype, out: np.dtype) -> tuple[float, float]:

@@ -88,6 +88,13 @@ def test_unknown_target_and_precision_are_usage_errors() -> None:
         CoreMLBackend().tolerance(np.dtype("float32"), Target("coreml", options={"precision": "fp8"}))
 
 
+def test_fp16_compute_is_held_to_a_tolerance_of_the_output_scale_and_fp32_to_the_defaults() -> None:
+    fp16 = CoreMLBackend().tolerance(np.dtype("float32"), Target("coreml"))
+    assert fp16 is not None and fp16.of_scale and fp16.rtol > 0
+    assert CoreMLBackend().tolerance(np.dtype("float32"), Target("coreml", options={"precision": "fp32"})) is None
+    assert CoreMLBackend().tolerance(np.dtype("int64"), Target("coreml")) is None
+
+
 @pytest.mark.usefixtures("coreml")
 def test_write_checks_the_suffix_and_keeps_names(tmp_path: Path) -> None:
     rng = np.random.default_rng(0)

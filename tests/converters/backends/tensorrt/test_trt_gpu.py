@@ -9,6 +9,7 @@ from trt_models import cnn_model, gpu_or_skip, ort_run, trt_or_skip
 
 from unframe.converters.base import Target
 from unframe.converters.registry import BACKENDS
+from unframe.validate.compare import compare_arrays
 
 pytestmark = pytest.mark.gpu
 
@@ -23,10 +24,12 @@ def test_engine_matches_onnxruntime_on_two_batch_sizes(precision, tmp_path):
                                          "sample_shapes": {"x": (2, 3, 16, 16)}})
     artifact = backend.convert(model, target, tmp_path)
     runner = backend.runner(artifact, target)
-    atol, rtol = backend.tolerance(np.dtype(np.float32), target)
+    tol = backend.tolerance(np.dtype(np.float32), target)
+    assert tol.of_scale == (precision == "fp16")
     rng = np.random.default_rng(0)
     for batch in (1, 5):
         feeds = {"x": rng.standard_normal((batch, 3, 16, 16)).astype(np.float32)}
         got, want = runner.run(feeds)["y"], ort_run(model, feeds)["y"]
         assert got.shape == want.shape == (batch, 5)
-        np.testing.assert_allclose(got, want, atol=atol, rtol=rtol)
+        parity = compare_arrays("y", want, got, tol.atol, tol.rtol, of_scale=tol.of_scale)
+        assert parity.passed and parity.scale > 0.3, parity.reason

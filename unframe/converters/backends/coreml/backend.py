@@ -25,6 +25,7 @@ from unframe.converters.base import Artifact, Backend, RunnerUnavailable, Target
 from unframe.converters.registry import register_backend
 from unframe.errors import Blocker, ConversionError, UnsupportedError, UsageError
 from unframe.validate.runner import Runner, TensorSpec
+from unframe.validate.tolerances import Tolerance
 
 if TYPE_CHECKING:
     from unframe.converters.backends.coreml.translate import Translation
@@ -147,9 +148,11 @@ class CoreMLBackend(Backend):
     def decode_steps(self, target: Target) -> int:
         return 5  # a prefill and 4 decode steps: the MIL evaluator takes seconds per step
 
-    def tolerance(self, dtype: np.dtype, target: Target) -> tuple[float, float] | None:
+    def tolerance(self, dtype: np.dtype, target: Target) -> Tolerance | None:
         if _precision(target) == "fp16" and np.dtype(dtype).kind == "f":
-            return (2e-2, 2e-2)  # fp16 compute: ~3 significant digits per op, accumulated
+            # fp16 compute: ~3 significant digits per op, accumulated; an element's error follows
+            # the values summed into it, so rtol is of the output's scale (validate.tolerances)
+            return Tolerance(2e-2, 2e-2, of_scale=True)
         return None
 
     def stamp(self, artifact: Artifact, provenance: dict[str, str]) -> None:

@@ -30,6 +30,7 @@ from unframe.converters.base import Artifact, Backend, RunnerUnavailable, Target
 from unframe.converters.registry import register_backend
 from unframe.errors import Blocker, MissingExtraError, UsageError
 from unframe.validate.runner import Runner
+from unframe.validate.tolerances import Tolerance
 
 if TYPE_CHECKING:
     import onnx_ir as ir
@@ -251,10 +252,13 @@ class TensorRTBackend(Backend):
 
         return run
 
-    def tolerance(self, dtype: np.dtype, target: Target) -> tuple[float, float] | None:
+    def tolerance(self, dtype: np.dtype, target: Target) -> Tolerance | None:
         if np.dtype(dtype).kind != "f":
             return None
-        return TOLERANCES.get(target.get("precision", "fp32"), TOLERANCES["fp32"])
+        precision = str(target.get("precision", "fp32"))
+        atol, rtol = TOLERANCES.get(precision, TOLERANCES["fp32"])
+        # 16-bit compute: an element's error follows the values summed into it (validate.tolerances)
+        return Tolerance(atol, rtol, of_scale=precision in ("fp16", "bf16"))
 
     def stamp(self, artifact: Artifact, provenance: dict[str, str]) -> None:
         artifact.metadata.setdefault("provenance", {}).update(provenance)
