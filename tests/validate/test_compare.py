@@ -116,3 +116,9 @@ def test_a_backend_tolerance_of_the_scale_reaches_the_comparison_and_the_summary
     assert passed and passed.outputs[0].of_scale and "rtol of the output scale" in passed.summary()
     # a user's --rtol sets the value and keeps the backend's reading of it
     assert not compare(r1, r2, {"x": ref}, rtol=1e-3, default_fn=lambda dt: Tolerance(2e-2, 2e-2, True))
+
+
+def test_the_scale_is_the_references_even_where_the_candidate_overflows():
+    ref = np.array([3.0, -1.0], np.float32)
+    res = compare_arrays("y", ref, np.array([np.inf, np.inf], np.float32), 2e-2, 2e-2, of_scale=True)
+    assert not res.passed and res.scale == pytest.approx(3.0) and res.max_abs == np.inf
