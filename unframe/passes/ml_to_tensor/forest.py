@@ -273,19 +273,26 @@ def _build_v3(i: int, tree: Tree, done: dict[int, int], position: dict[tuple[int
 
 # -- TreeEnsemble (ai.onnx.ml 5) -----------------------------------------------------------------
 
+def _required(node: ir.Node, name: str) -> Any:
+    value = attr_value(node, name)
+    if value is None:  # onnx's schema doesn't mark them required; the op can't work without
+        raise Unsupported(f"{node.op_type} has no {name}")
+    return value
+
+
 def read_v5(node: ir.Node) -> Forest:
     dtype = compute_dtype(node)
     roots = [int(v) for v in attr_value(node, "tree_roots", [])]
-    modes = np.asarray(attr_value(node, "nodes_modes"), dtype=np.int64).reshape(-1)
+    modes = np.asarray(_required(node, "nodes_modes"), dtype=np.int64).reshape(-1)
     features = [int(v) for v in attr_value(node, "nodes_featureids", [])]
-    splits = np.asarray(attr_value(node, "nodes_splits"), dtype=np.float64).reshape(-1)
+    splits = np.asarray(_required(node, "nodes_splits"), dtype=np.float64).reshape(-1)
     true_ids = [int(v) for v in attr_value(node, "nodes_truenodeids", [])]
     false_ids = [int(v) for v in attr_value(node, "nodes_falsenodeids", [])]
     true_leaf = [int(v) for v in attr_value(node, "nodes_trueleafs", [])]
     false_leaf = [int(v) for v in attr_value(node, "nodes_falseleafs", [])]
     missing = [int(v) for v in attr_value(node, "nodes_missing_value_tracks_true", []) or []]
     leaf_targets = [int(v) for v in attr_value(node, "leaf_targetids", [])]
-    leaf_weights = np.asarray(attr_value(node, "leaf_weights"), dtype=np.float64).reshape(-1)
+    leaf_weights = np.asarray(_required(node, "leaf_weights"), dtype=np.float64).reshape(-1)
     members = attr_value(node, "membership_values")
     n = len(features)
     if len({n, len(modes), len(splits), len(true_ids), len(false_ids), len(true_leaf),

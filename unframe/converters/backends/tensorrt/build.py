@@ -202,8 +202,17 @@ def verdict_in_child(path: Path) -> tuple[bool, dict[int, str], str, list[str]] 
     failed: dict[int, str] = {}
     for i in range(parser.num_errors):
         error = parser.get_error(i)
-        failed.setdefault(int(error.node()), " ".join(str(error.desc()).split()))
+        failed.setdefault(int(error.node()), " ".join(_text(error.desc).split()))
     return supported and not failed, failed, trt.__name__, printed.lines
+
+
+def _text(getter: Any) -> str:
+    """A parser message: it quotes the model's own strings, which need not be UTF-8 (pybind11
+    then raises on the conversion)."""
+    try:
+        return str(getter())
+    except UnicodeDecodeError:
+        return "(a message that is not UTF-8 text: the model's names are not valid text)"
 
 
 def network_summary(network: Any) -> dict[str, Any]:
