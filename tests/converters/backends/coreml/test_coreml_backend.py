@@ -64,12 +64,13 @@ def test_dynamic_rank_and_dtype_are_blockers() -> None:
 
 
 def test_a_rank_6_intermediate_is_a_blocker_not_a_coremltools_failure() -> None:
-    """Swin's window partition: Reshape to rank 6, Transpose, Reshape back. coremltools' converter
-    refuses rank > 5 only at its end (exit 9 before): check names the node, convert exits 4."""
+    """A rank-6 Reshape, a Transpose that keeps no two axes side by side (so the fold of
+    coreml/rank.py can't apply), a Reshape back. coremltools' converter refuses rank > 5 only at
+    its end (exit 9 before): check names the nodes, convert exits 4."""
     shape6 = numpy_helper.from_array(np.array([1, 2, 2, 2, 2, 3], dtype=np.int64), "shape6")
     shape4 = numpy_helper.from_array(np.array([1, 4, 4, 3], dtype=np.int64), "shape4")
     model = _model([helper.make_node("Reshape", ["x", "shape6"], ["w"], name="partition"),
-                    helper.make_node("Transpose", ["w"], ["t"], name="swap", perm=[0, 1, 3, 2, 4, 5]),
+                    helper.make_node("Transpose", ["w"], ["t"], name="swap", perm=[0, 2, 4, 1, 3, 5]),
                     helper.make_node("Reshape", ["t", "shape4"], ["y"], name="merge")],
                    [_vi("x", [1, 4, 4, 3])], [_vi("y", [1, 4, 4, 3])], [shape6, shape4])
     blockers = CoreMLBackend().check(model, Target("coreml"))

@@ -21,6 +21,7 @@ import onnx_ir as ir
 
 from unframe.converters.backends.coreml.context import MIL_DTYPES, TranslateContext, mil_type, np_const
 from unframe.converters.backends.coreml.ops import ALTERNATIVES, TRANSLATORS
+from unframe.converters.backends.coreml.rank import MAX_RANK, fold_high_rank_windows
 from unframe.errors import Blocker, ConversionError, UsageError
 from unframe.opset import is_default_domain
 from unframe.passes import keeps_fp32
@@ -342,8 +343,12 @@ def translate(model: ir.Model, ios: int, options: dict[str, Any]) -> Translation
         return Translation(blockers)
     import_coremltools()
     work = model.clone()
+    folded = fold_high_rank_windows(work)
     legal = legalize(work, ios, str(options.get("precision", "fp16")).lower())
     notes = list(legal.notes)
+    if folded:
+        notes.append(f"{folded} rank-6 Reshape/Transpose chain(s) folded to rank 5 (two axes the "
+                     "Transpose keeps together made one; CoreML holds rank 5 at most)")
     if legal.moved:
         shown = "; ".join(legal.moved[:3]) + (f"; +{len(legal.moved) - 3} more" if len(legal.moved) > 3 else "")
         notes.append(f"{len(legal.moved)} node(s) computed in a type their MIL op takes ({shown})")
@@ -363,7 +368,6 @@ def translate(model: ir.Model, ios: int, options: dict[str, Any]) -> Translation
     return Translation([], notes, program, names, plans, translator.fp32_ops, all_fp32)
 
 
-MAX_RANK = 5  # CoreML's tensors; coremltools' converter fails on a larger one, only at its end
 
 
 def _rank_blockers(program: Program, graph: ir.Model, names: NameMap) -> list[Blocker]:

@@ -1,0 +1,186 @@
+"""Fold rank-6 Reshape -> Transpose -> Reshape chains to rank 5, for CoreML (rank <= 5).
+
+Swin's window partition (and its reverse) views a feature map as six axes, swaps two, and views
+the result again::
+
+    x: [B, H, W, C] -> Reshape [B, H/w, w, W/w, w, C] -> Transpose (0, 1, 3, 2, 4, 5)
+                    -> Reshape [B * windows, w, w, C]
+
+Two axes the Transpose keeps side by side and in order (here 0 and 1) can be one axis: the
+elements are in the same order either way. The pass rewrites the chain as::
+
+    x -> Reshape [B * H/w, w, W/w, w, C] -> Transpose (0, 2, 1, 3, 4) -> Reshape [B * windows, w, w, C]
+
+The first Reshape's target may be computed at run time (a dynamic batch, padded sizes): the merged
+entry is then computed in the graph too (``Mul`` of the two entries, ``-1`` kept as ``-1``).
+Anything the pass can't prove (a target entry of 0, which copies an input dim, in the last
+Reshape; a value used elsewhere; allowzero) is left alone, and the translator's rank check names
+it as a blocker. The backend's parity check (onnxruntime on the original graph against the MIL
+evaluator on the package) proves each rewrite on the model's own inputs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+
+from unframe.opset import is_default_domain
+
+MAX_RANK = 5
+
+
+def fold_high_rank_windows(model: ir.Model) -> int:
+    """Rewrite every foldable rank-6 chain of ``model``'s main graph in place; returns how many."""
+    from unframe.version_converter.types import infer_types
+
+    graph = model.graph
+    untyped = [n.inputs[1] for n in graph if _is(n, "Reshape") and len(n.inputs) > 1
+               and n.inputs[1] is not None and n.inputs[1].shape is None and n.inputs[1].const_value is None]
+    if untyped:  # a run-time target's length (TorchScript exports carry no value_info)
+        infer_types(model, untyped)
+    folded = 0
+    for node in list(graph):
+        if _fold(graph, node):
+            folded += 1
+    return folded
+
+
+def _fold(graph: ir.Graph, first: ir.Node) -> bool:
+    if not _is(first, "Reshape") or _allowzero(first):
+        return False
+    target = first.inputs[1] if len(first.inputs) > 1 else None
+    rank = _target_length(target)
+    if rank is None or rank <= MAX_RANK:
+        return False
+    transpose = _only_user(first.outputs[0], graph)
+    if transpose is None or not _is(transpose, "Transpose"):
+        return False
+    perm_attr = transpose.attributes.get("perm")
+    if perm_attr is None:
+        return False
+    perm = [int(p) for p in perm_attr.as_ints()]
+    if sorted(perm) != list(range(rank)):
+        return False
+    last = _only_user(transpose.outputs[0], graph)
+    if last is None or not _is(last, "Reshape") or _allowzero(last):
+        return False
+    axis = _kept_pair(perm)
+    if axis is None or _copies_dims(last, axis):
+        return False
+    merged_target = _merged_target(graph, first, target, axis, rank)
+    if merged_target is None:
+        return False
+    first.replace_input_with(1, merged_target)
+    new_perm = [p if p <= axis else p - 1 for p in perm if p != axis + 1]
+    transpose.attributes["perm"] = ir.AttrInt64s("perm", new_perm)
+    first.outputs[0].shape = None  # re-inferred downstream; the old rank is wrong now
+    transpose.outputs[0].shape = None
+    return True
+
+
+def _is(node: ir.Node, op: str) -> bool:
+    return node.op_type == op and is_default_domain(node.domain)
+
+
+def _allowzero(node: ir.Node) -> bool:
+    attr = node.attributes.get("allowzero")
+    return attr is not None and int(attr.as_int()) != 0
+
+
+def _target_length(target: ir.Value | None) -> int | None:
+    if target is None:
+        return None
+    if target.const_value is not None:
+        return int(target.const_value.numpy().size)
+    shape = target.shape
+    if shape is not None and len(shape) == 1 and isinstance(shape[0], int):
+        return shape[0]
+    return None
+
+
+def _only_user(value: ir.Value, graph: ir.Graph) -> ir.Node | None:
+    uses = list(value.uses())
+    if len(uses) != 1 or value in graph.outputs:
+        return None
+    user, index = uses[0]
+    return user if index == 0 else None
+
+
+def _kept_pair(perm: list[int]) -> int | None:
+    """The first input axis ``a`` such that the output has ``a`` then ``a + 1`` side by side."""
+    for k in range(len(perm) - 1):
+        if perm[k + 1] == perm[k] + 1:
+            return perm[k]
+    return None
+
+
+def _copies_dims(last: ir.Node, axis: int) -> bool:
+    """The last Reshape's target has a 0 (copy the input's dim) at or after the merged axis,
+    whose input dims move by one: or a run-time target, which might."""
+    target = last.inputs[1] if len(last.inputs) > 1 else None
+    if target is None:
+        return True
+    if target.const_value is None:
+        return False  # a run-time target: exporters write actual sizes there (parity checks it)
+    values = target.const_value.numpy().reshape(-1)
+    return bool(np.any(values[axis:] == 0))
+
+
+def _merged_target(graph: ir.Graph, first: ir.Node, target: ir.Value, axis: int, rank: int
+                   ) -> ir.Value | None:
+    if target.const_value is not None:
+        values = [int(v) for v in target.const_value.numpy().reshape(-1)]
+        a, b = values[axis], values[axis + 1]
+        if a == 0 or b == 0:
+            return None  # copies input dims: the merged one would copy the wrong dim
+        merged = -1 if -1 in (a, b) else a * b
+        new = np.array(values[:axis] + [merged] + values[axis + 2:], dtype=np.int64)
+        value = ir.Value(name=f"{first.name or 'reshape'}_rank{rank - 1}_target",
+                         const_value=ir.tensor(new), type=ir.TensorType(ir.DataType.INT64),
+                         shape=ir.Shape([rank - 1]))
+        graph.register_initializer(value)
+        return value
+    # run-time: Concat(target[:axis], Max(target[axis] * target[axis+1], -1), target[axis+2:])
+    tape = _Tape(graph, first, f"{first.name or 'reshape'}_rank{rank - 1}")
+    pieces = []
+    if axis > 0:
+        pieces.append(tape.slice(target, 0, axis))
+    product = tape.op("Mul", [tape.slice(target, axis, axis + 1), tape.slice(target, axis + 1, axis + 2)])
+    pieces.append(tape.op("Max", [product, tape.const(np.array([-1], np.int64))]))  # -1 * n -> -1
+    if axis + 2 < rank:
+        pieces.append(tape.slice(target, axis + 2, rank))
+    out = tape.op("Concat", pieces, axis=0) if len(pieces) > 1 else pieces[0]
+    out.type, out.shape = ir.TensorType(ir.DataType.INT64), ir.Shape([rank - 1])
+    return out
+
+
+class _Tape:
+    """Nodes inserted before ``anchor``, named after ``prefix``."""
+
+    def __init__(self, graph: ir.Graph, anchor: ir.Node, prefix: str) -> None:
+        self.graph, self.anchor, self.prefix, self.count = graph, anchor, prefix, 0
+
+    def _name(self) -> str:
+        self.count += 1
+        return f"{self.prefix}_{self.count}"
+
+    def const(self, array: np.ndarray) -> ir.Value:
+        value = ir.Value(name=self._name(), const_value=ir.tensor(array),
+                         type=ir.TensorType(ir.DataType.INT64), shape=ir.Shape(list(array.shape)))
+        self.graph.register_initializer(value)
+        return value
+
+    def op(self, op_type: str, inputs: list[ir.Value], **attrs: int) -> ir.Value:
+        name = self._name()
+        node = ir.Node("", op_type, inputs, attributes=[ir.AttrInt64(k, v) for k, v in attrs.items()],
+                       name=name)
+        node.outputs[0].name = f"{name}_out"
+        node.outputs[0].type = ir.TensorType(ir.DataType.INT64)
+        self.graph.insert_before(self.anchor, node)
+        return node.outputs[0]
+
+    def slice(self, value: ir.Value, start: int, end: int) -> ir.Value:
+        out = self.op("Slice", [value, self.const(np.array([start], np.int64)),
+                                self.const(np.array([end], np.int64))])
+        out.shape = ir.Shape([end - start])
+        return out
