@@ -246,6 +246,8 @@ def _schema_break(kind: str) -> onnx.ModelProto:
         model = onnx.ModelProto.FromString(data)
     elif kind == "opset_range":
         model.opset_import[0].version = 1 << 40
+    elif kind == "device":  # onnx-ir read it as no configuration, then failed to write the model
+        softmax.device_configurations.add(configuration_id="gpu0")
     elif kind == "einsum":  # onnx's shape inference looped forever on this equation
         softmax.attribute[0].CopyFrom(helper.make_attribute("equation", "%s%n"))
         softmax.op_type = "Einsum"
@@ -261,6 +263,7 @@ def _schema_break(kind: str) -> onnx.ModelProto:
     ("not_utf8", "which is not UTF-8 text"),
     ("opset_range", "which no version of ONNX has"),
     ("einsum", "has equation '%s%n', which is not Einsum notation"),
+    ("device", "placed on device configuration 'gpu0', which the model doesn't define"),
 ])
 def test_nodes_must_match_their_schema(tmp_path: Path, kind: str, words: str):
     result, before = _convert(tmp_path, _schema_break(kind))

@@ -397,7 +397,23 @@ def check_graph(proto: onnx.ModelProto, where: str) -> None:
     _check_inputs(proto.graph, where)
     _check_schemas(proto, where, local_fns)
     _check_type_attributes(proto, where)
+    _check_device_configurations(proto, where)
     _check_dataflow(proto, where)
+
+
+def _check_device_configurations(proto: onnx.ModelProto, where: str) -> None:
+    """Multi-device placement (IR 11): every configuration has a name and every node's entry
+    names one (onnx-ir reads a missing one as nothing and then can't write the model back)."""
+    names = {c.name for c in proto.configuration}
+    if "" in names:
+        raise InputError(f"{where}: a device configuration has no name", "the model is broken; re-export it")
+    nodes = [*_all_nodes(proto.graph), *(n for f in proto.functions for n in f.node)]
+    for node in nodes:
+        for config in node.device_configurations:
+            if config.configuration_id not in names:
+                raise InputError(f"{where}: {_label(node)} is placed on device configuration "
+                                 f"{config.configuration_id!r}, which the model doesn't define",
+                                 "the model is broken; re-export it")
 
 
 # ai.onnx attributes whose integer value is a TensorProto data type (Cast's "to", the Random*
