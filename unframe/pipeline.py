@@ -504,6 +504,7 @@ class BackendStage(Stage):
         self.backend = backend
         self.target = target
         self.output = output
+        self._rounding: tuple[Any, Any] | None = None  # (feeds, RoundingError) of the last parity
 
     def run(self, flow: Flow) -> None:
         be, tgt = self.backend, self.target
@@ -546,8 +547,32 @@ class BackendStage(Stage):
                           source_of=source_namer(flow), tolerance=tolerance)
 
     def compare_options(self, flow: Flow) -> dict[str, Any]:
-        return {**super().compare_options(flow),
-                "default_fn": lambda dt: self.backend.tolerance(dt, self.target)}
+        options = {**super().compare_options(flow),
+                   "default_fn": lambda dt: self.backend.tolerance(dt, self.target)}
+        floors = self._rounding_floors(flow)
+        if floors:
+            options["floors"] = floors
+        return options
+
+    def _rounding_floors(self, flow: Flow) -> dict[str, float]:
+        """A 16-bit artifact: what 16-bit rounding alone moves each output of the graph by, on the
+        feeds being compared (onnxruntime on a rounded copy, ``unframe.validate.rounding``),
+        measured once per set of feeds."""
+        from unframe.validate.rounding import rounding_error
+
+        precision = self.backend.compute_precision(self.target)
+        if precision == "fp32" or flow.model is None:
+            return {}
+        feeds = flow.feeds
+        if self._rounding is None or self._rounding[0] is not feeds:
+            measured = rounding_error(flow.model, feeds, precision)
+            self._rounding = (feeds, measured)
+            if measured is not None and measured.nonfinite:
+                flow.notes.append(f"{precision} rounding alone overflows output(s) "
+                                  f"{', '.join(measured.nonfinite)} of the graph (onnxruntime on a "
+                                  "rounded copy): compute in fp32 (--precision fp32)")
+        measured = self._rounding[1]
+        return {} if measured is None else {n: measured.allowance(n) for n in measured.errors}
 
     def decode_steps(self, flow: Flow) -> int:
         return self.backend.decode_steps(self.target)

@@ -283,6 +283,12 @@ class Backend(_Component):
         outputs; None when this machine can't run it (the locator then bisects with it)."""
         return None
 
+    def compute_precision(self, target: Target) -> str:
+        """The float type the artifact computes in for ``target``: "fp32", "fp16" or "bf16". A
+        16-bit one gets its parity tolerance raised to what 16-bit rounding alone costs the
+        graph (``unframe.validate.rounding``)."""
+        return "fp32"
+
     def tolerance(self, dtype: np.dtype, target: Target) -> Tolerance | None:
         """Backend-specific default tolerance for a dtype, e.g. looser and relative to the
         output's scale for fp16 compute (``unframe.validate.tolerances.Tolerance``)."""

@@ -38,6 +38,7 @@ class OutputParity:
     atol: float = 0.0
     rtol: float = 0.0
     of_scale: bool = False  # rtol multiplies the output's scale (16-bit compute), see tolerances
+    rounding: float = 0.0  # the atol floor from 16-bit rounding alone (validate.rounding), 0 if none
     mismatched: int = 0
     total: int = 0
     passed: bool = True
@@ -50,6 +51,7 @@ class OutputParity:
         self.max_abs = max(self.max_abs, other.max_abs)
         self.max_rel = max(self.max_rel, other.max_rel)
         self.scale = max(self.scale, other.scale)
+        self.rounding = max(self.rounding, other.rounding)
         if other.top1 is not None:
             self.top1 = other.top1 if self.top1 is None else min(self.top1, other.top1)
         self.mismatched += other.mismatched
@@ -117,6 +119,9 @@ class StageParity:
                 f"{self.scale:.3g})")
         if any(o.of_scale for o in self.outputs):
             text += ", rtol of the output scale (16-bit compute)"
+        rounding = max((o.rounding for o in self.outputs), default=0.0)
+        if rounding:
+            text += f", atol {rounding:.2g} from the graph's own 16-bit rounding error (onnxruntime)"
         if self.top1 is not None:
             text += f", top-1 agrees on {self.top1:.0%}"
         if self.generation is not None:
@@ -173,13 +178,15 @@ class ParityReport:
 def compare(ref: Runner, out: Runner, feeds: Mapping[str, np.ndarray] | Sequence[Mapping[str, np.ndarray]],
             atol: tolerances.Override = None, rtol: tolerances.Override = None, *, stage: str = "",
             exact: Sequence[str] = (), defaults: Mapping[str, tuple[float, float]] | None = None,
-            default_fn: Any = None) -> StageParity:
+            default_fn: Any = None, floors: Mapping[str, float] | None = None) -> StageParity:
     """Run ``ref`` and ``out`` on each feed dict and compare every output.
 
     ``atol``/``rtol`` override the per-dtype defaults (a float for all outputs, or a mapping by
     output name). ``exact`` names outputs that must match exactly (e.g. class labels).
     ``defaults`` gives per-output (atol, rtol) a stage knows it needs; ``default_fn(dtype)``
-    gives a backend's per-dtype defaults (e.g. fp16 compute).
+    gives a backend's per-dtype defaults (e.g. fp16 compute). ``floors`` raises the default atol
+    of an output to what 16-bit rounding alone moves it by (``unframe.validate.rounding``); a
+    user's atol still wins.
     """
     feed_list = [feeds] if isinstance(feeds, Mapping) else list(feeds)
     result = StageParity(stage or f"{ref.name} vs {out.name}", ref.name, out.name)
@@ -193,8 +200,9 @@ def compare(ref: Runner, out: Runner, feeds: Mapping[str, np.ndarray] | Sequence
             result.status, result.reason = FAILED, problem
             return result
         for name, (a, b) in pairs.items():
-            tol = _tolerance(name, a, b, atol, rtol, exact, defaults, default_fn)
-            op = compare_arrays(name, a, b, tol.atol, tol.rtol, of_scale=tol.of_scale)
+            floor = (floors or {}).get(name, 0.0) if name not in exact else 0.0
+            tol = _tolerance(name, a, b, atol, rtol, exact, defaults, default_fn, floor)
+            op = compare_arrays(name, a, b, tol.atol, tol.rtol, of_scale=tol.of_scale, rounding=floor)
             seen.setdefault(name, []).append(a)
             if name in merged:
                 merged[name].merge(op)
@@ -278,7 +286,7 @@ def as_array(value: Any) -> np.ndarray:
 
 def _tolerance(name: str, a: np.ndarray, b: np.ndarray, atol: tolerances.Override,
                rtol: tolerances.Override, exact: Sequence[str],
-               defaults: Mapping[str, tuple[float, float]] | None, default_fn: Any
+               defaults: Mapping[str, tuple[float, float]] | None, default_fn: Any, floor: float = 0.0
                ) -> tolerances.Tolerance:
     of_scale = False
     if name in exact:
@@ -292,16 +300,17 @@ def _tolerance(name: str, a: np.ndarray, b: np.ndarray, atol: tolerances.Overrid
             if backend is not None:
                 base = (max(base[0], backend[0]), max(base[1], backend[1]))
                 of_scale = isinstance(backend, tolerances.Tolerance) and backend.of_scale
-    return tolerances.Tolerance(tolerances.pick(atol, name, base[0]), tolerances.pick(rtol, name, base[1]),
-                                of_scale)
+    return tolerances.Tolerance(tolerances.pick(atol, name, max(base[0], floor)),
+                                tolerances.pick(rtol, name, base[1]), of_scale)
 
 
 def compare_arrays(name: str, ref: np.ndarray, out: np.ndarray, atol: float, rtol: float, *,
-                   of_scale: bool = False) -> OutputParity:
+                   of_scale: bool = False, rounding: float = 0.0) -> OutputParity:
     """Element-wise comparison; ``of_scale``: rtol is relative to the output's scale (its largest
-    finite |value|), not to each element (see ``unframe.validate.tolerances``)."""
+    finite |value|), not to each element (see ``unframe.validate.tolerances``); ``rounding``: the
+    16-bit rounding error the atol was raised to, for the report."""
     res = OutputParity(name, list(ref.shape), list(out.shape), _dtype_name(ref), _dtype_name(out),
-                       atol=atol, rtol=rtol, of_scale=of_scale, total=int(ref.size))
+                       atol=atol, rtol=rtol, of_scale=of_scale, rounding=rounding, total=int(ref.size))
     if ref.shape != out.shape:
         if ref.size == out.size and ref.size <= 1:
             out = out.reshape(ref.shape)  # scalar vs [1]: same value, harmless
@@ -326,6 +335,8 @@ def compare_arrays(name: str, ref: np.ndarray, out: np.ndarray, atol: float, rto
     if res.mismatched:
         res.passed = False
         scaled = f" of the output scale {res.scale:.3g}" if of_scale else ""
+        if rounding and atol >= rounding:
+            scaled += f"; atol raised to {rounding:.3g} by the graph's own 16-bit rounding error"
         res.reason = (f"{res.mismatched} of {res.total} elements differ "
                       f"(max abs err {res.max_abs:.3g}, max rel err {res.max_rel:.3g}, "
                       f"atol {atol:g}, rtol {rtol:g}{scaled})")

@@ -148,6 +148,9 @@ class CoreMLBackend(Backend):
     def decode_steps(self, target: Target) -> int:
         return 5  # a prefill and 4 decode steps: the MIL evaluator takes seconds per step
 
+    def compute_precision(self, target: Target) -> str:
+        return _precision(target)
+
     def tolerance(self, dtype: np.dtype, target: Target) -> Tolerance | None:
         if _precision(target) == "fp16" and np.dtype(dtype).kind == "f":
             # fp16 compute: ~3 significant digits per op, accumulated; an element's error follows

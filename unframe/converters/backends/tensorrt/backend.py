@@ -252,6 +252,10 @@ class TensorRTBackend(Backend):
 
         return run
 
+    def compute_precision(self, target: Target) -> str:
+        precision = str(target.get("precision", "fp32"))
+        return precision if precision in TOLERANCES else "fp32"
+
     def tolerance(self, dtype: np.dtype, target: Target) -> Tolerance | None:
         if np.dtype(dtype).kind != "f":
             return None
