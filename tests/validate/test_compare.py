@@ -111,8 +111,9 @@ def test_a_backend_tolerance_of_the_scale_reaches_the_comparison_and_the_summary
     ref = np.array([40.0, 0.1], np.float32)
     r1 = FnRunner("ref", lambda f: {"y": ref})
     r2 = FnRunner("out", lambda f: {"y": ref + np.float32(0.5)})
-    assert not compare(r1, r2, {"x": ref}, default_fn=lambda dt: (2e-2, 2e-2))
-    passed = compare(r1, r2, {"x": ref}, default_fn=lambda dt: Tolerance(2e-2, 2e-2, of_scale=True))
+    # an atol the user gives stays absolute: element-wise, 0.1 + 0.5 is past 0.02 + 0.02 * 0.1
+    assert not compare(r1, r2, {"x": ref}, atol=2e-2, default_fn=lambda dt: (2e-2, 2e-2))
+    passed = compare(r1, r2, {"x": ref}, atol=2e-2, default_fn=lambda dt: Tolerance(2e-2, 2e-2, of_scale=True))
     assert passed and passed.outputs[0].of_scale and "rtol of the output scale" in passed.summary()
     # a user's --rtol sets the value and keeps the backend's reading of it
     assert not compare(r1, r2, {"x": ref}, rtol=1e-3, default_fn=lambda dt: Tolerance(2e-2, 2e-2, True))
@@ -122,3 +123,19 @@ def test_the_scale_is_the_references_even_where_the_candidate_overflows():
     ref = np.array([3.0, -1.0], np.float32)
     res = compare_arrays("y", ref, np.array([np.inf, np.inf], np.float32), 2e-2, 2e-2, of_scale=True)
     assert not res.passed and res.scale == pytest.approx(3.0) and res.max_abs == np.inf
+
+
+def test_a_default_atol_grows_with_the_output_scale_and_a_users_does_not():
+    """float32's error on an element follows the values it was computed from: a near-zero pixel
+    of an output of scale 30 may be off by more than 1e-4, not by more than 1e-4 * 30."""
+    ref = np.array([30.0, 1e-5, -12.0], np.float32)
+    near = ref + np.array([0, 2e-3, 0], np.float32)  # 2e-3 <= 1e-4 * 30 + 1e-3 * 1e-5
+    far = ref + np.array([0, 5e-3, 0], np.float32)
+    a = FnRunner("ref", lambda f: {"y": ref})
+    ok = compare(a, FnRunner("out", lambda f: {"y": near}), {})
+    assert ok and ok.outputs[0].atol == pytest.approx(3e-3)
+    assert not compare(a, FnRunner("out", lambda f: {"y": far}), {})
+    assert not compare(a, FnRunner("out", lambda f: {"y": near}), {}, atol=1e-4)  # the user's: absolute
+    small = np.array([0.5, 1e-5], np.float32)  # scale below 1: atol as it is
+    assert not compare(FnRunner("ref", lambda f: {"y": small}),
+                       FnRunner("out", lambda f: {"y": small + np.float32(2e-3)}), {})

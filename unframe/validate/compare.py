@@ -202,7 +202,8 @@ def compare(ref: Runner, out: Runner, feeds: Mapping[str, np.ndarray] | Sequence
         for name, (a, b) in pairs.items():
             floor = (floors or {}).get(name, 0.0) if name not in exact else 0.0
             tol = _tolerance(name, a, b, atol, rtol, exact, defaults, default_fn, floor)
-            op = compare_arrays(name, a, b, tol.atol, tol.rtol, of_scale=tol.of_scale, rounding=floor)
+            op = compare_arrays(name, a, b, tol.atol, tol.rtol, of_scale=tol.of_scale, rounding=floor,
+                                atol_scales=tol.atol_scales)
             seen.setdefault(name, []).append(a)
             if name in merged:
                 merged[name].merge(op)
@@ -300,15 +301,17 @@ def _tolerance(name: str, a: np.ndarray, b: np.ndarray, atol: tolerances.Overrid
             if backend is not None:
                 base = (max(base[0], backend[0]), max(base[1], backend[1]))
                 of_scale = isinstance(backend, tolerances.Tolerance) and backend.of_scale
+    atol_scales = not of_scale and name not in exact and not tolerances.given(atol, name)
     return tolerances.Tolerance(tolerances.pick(atol, name, max(base[0], floor)),
-                                tolerances.pick(rtol, name, base[1]), of_scale)
+                                tolerances.pick(rtol, name, base[1]), of_scale, atol_scales)
 
 
 def compare_arrays(name: str, ref: np.ndarray, out: np.ndarray, atol: float, rtol: float, *,
-                   of_scale: bool = False, rounding: float = 0.0) -> OutputParity:
+                   of_scale: bool = False, rounding: float = 0.0, atol_scales: bool = False) -> OutputParity:
     """Element-wise comparison; ``of_scale``: rtol is relative to the output's scale (its largest
     finite |value|), not to each element (see ``unframe.validate.tolerances``); ``rounding``: the
-    16-bit rounding error the atol was raised to, for the report."""
+    16-bit rounding error the atol was raised to, for the report; ``atol_scales``: a default atol,
+    multiplied by max(1, the output's scale)."""
     res = OutputParity(name, list(ref.shape), list(out.shape), _dtype_name(ref), _dtype_name(out),
                        atol=atol, rtol=rtol, of_scale=of_scale, rounding=rounding, total=int(ref.size))
     if ref.shape != out.shape:
@@ -330,11 +333,14 @@ def compare_arrays(name: str, ref: np.ndarray, out: np.ndarray, atol: float, rto
         elif kind_a != "int":
             res.max_abs = float(res.mismatched > 0)
     else:
-        _compare_float(res, ref, out, atol, rtol, of_scale)
+        _compare_float(res, ref, out, atol, rtol, of_scale, atol_scales)
         res.top1 = top1_agreement(ref, out, name)
+        atol = res.atol
     if res.mismatched:
         res.passed = False
         scaled = f" of the output scale {res.scale:.3g}" if of_scale else ""
+        if atol_scales and res.scale > 1:
+            scaled += f"; atol is the default times the output scale {res.scale:.3g}"
         if rounding and atol >= rounding:
             scaled += f"; atol raised to {rounding:.3g} by the graph's own 16-bit rounding error"
         res.reason = (f"{res.mismatched} of {res.total} elements differ "
@@ -344,7 +350,7 @@ def compare_arrays(name: str, ref: np.ndarray, out: np.ndarray, atol: float, rto
 
 
 def _compare_float(res: OutputParity, ref: np.ndarray, out: np.ndarray, atol: float, rtol: float,
-                   of_scale: bool = False) -> None:
+                   of_scale: bool = False, atol_scales: bool = False) -> None:
     a = ref.astype(np.float64)
     b = out.astype(np.float64)
     nan_a, nan_b = np.isnan(a), np.isnan(b)
@@ -355,6 +361,8 @@ def _compare_float(res: OutputParity, ref: np.ndarray, out: np.ndarray, atol: fl
     mag = np.abs(a)
     if diff.size:  # the reference's own finite values: a candidate's inf leaves the scale as it is
         res.scale = float(np.where(~(nan_a | inf_a), mag, 0.0).max())
+    if atol_scales:
+        atol = res.atol = atol * max(1.0, res.scale)
     bad = special_bad | (finite & (diff > atol + rtol * (res.scale if of_scale else mag)))
     res.mismatched = int(np.count_nonzero(bad))
     if diff.size:

@@ -9,6 +9,11 @@ output's largest finite magnitude. Rounding in fp16 compute leaves each element 
 order of the values accumulated into it (a logit is a sum over a layer's activations), not of its
 own magnitude: an element-wise rtol fails the small logits of an output whose large ones agree to
 three digits, as fp16 can't do better. A user's --rtol keeps the backend's reading.
+
+The default atol is absolute for outputs of scale up to 1 and relative to the scale beyond
+(``atol * max(1, scale)``): float32's error on an element computed from values of magnitude S is
+of the order of S times float32's epsilon, whatever the element's own size (a near-zero pixel of a
+segmentation map of scale 3). An atol the user gives stays absolute.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ class Tolerance(NamedTuple):
     atol: float
     rtol: float
     of_scale: bool = False  # rtol multiplies the output's scale, not each element's own magnitude
+    atol_scales: bool = False  # atol multiplies max(1, the output's scale): a default, not a user's
 
 
 def default_for(ref: np.dtype, out: np.dtype) -> tuple[float, float]:
@@ -44,6 +50,11 @@ def default_for(ref: np.dtype, out: np.dtype) -> tuple[float, float]:
 def _float_name(dt: np.dtype) -> str | None:
     name = np.dtype(dt).name if not str(dt) == "bfloat16" else "bfloat16"
     return name if name in DEFAULTS else None
+
+
+def given(override: Override, output: str) -> bool:
+    """Whether the user set this output's value (a float for all, or a mapping naming it)."""
+    return override is not None and (not isinstance(override, Mapping) or output in override)
 
 
 def pick(override: Override, output: str, default: float) -> float:
