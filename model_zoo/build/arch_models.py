@@ -484,14 +484,43 @@ for _name in ("deeplabv3_mobilenet_v3_large", "lraspp_mobilenet_v3_large", "fcn_
 
 def _tv_detection(factory: str, size: int, **kwargs: Any) -> tuple[Any, Any]:
     """A detector with few candidates kept (random weights give many near-equal scores, whose
-    order is arbitrary) and a perturbed classification head so the scores spread."""
+    order is arbitrary) and class logits of unit spread, so the scores spread."""
     import torch
     tv = _tv()
     torch.manual_seed(0)
     model = getattr(tv.models.detection, factory)(weights=None, weights_backbone=None, num_classes=3, **kwargs)
     perturb_torch(model, scale=0.3)
     image = torch.rand(3, size, size, generator=torch.Generator().manual_seed(2))
+    _spread_scores(model, [image])
     return model.eval(), ([image],)
+
+
+def _spread_scores(model: Any, images: list[Any]) -> None:
+    """Rescale the layers that write the class logits so the logits have unit spread: perturbed
+    weights gave SSD300 logits of std 7 and max 45, a softmax of exactly 1.0 for every kept
+    box, and so a kept set that depends on how each runtime orders ties."""
+    import torch
+    from torch import nn
+
+    head = getattr(getattr(model, "head", None), "classification_head", None)
+    if head is None:
+        return
+    if hasattr(head, "cls_logits"):  # RetinaNet
+        finals = [head.cls_logits]
+    else:  # SSD, SSDLite: one branch per feature map, the logits from its last conv
+        finals = [[c for c in branch.modules() if isinstance(c, nn.Conv2d)][-1] for branch in head.module_list]
+    seen: list[Any] = []
+    hook = head.register_forward_hook(lambda _m, _i, out: seen.append(out))
+    try:
+        with torch.no_grad():
+            model.eval()(images)
+    finally:
+        hook.remove()
+    spread = float(seen[-1].std())
+    with torch.no_grad():
+        for conv in finals:
+            for p in conv.parameters(recurse=False):
+                p.div_(max(spread, 1e-6))
 
 
 # dynamo refuses the data-dependent post-processing: straight to the exporter that takes it
