@@ -512,6 +512,8 @@ class BackendStage(Stage):
             shapes = _sample_shapes(flow)
             if shapes:
                 tgt.options["sample_shapes"] = shapes
+        if flow.validate and be.compute_precision(tgt) != "fp32" and flow.model is not None:
+            self._keep_fp32_where_needed(flow)
         blockers = be.check(flow.model, tgt)
         if blockers:
             raise UnsupportedError(f"the {be.name} backend can't take this model: {len(blockers)} "
@@ -553,6 +555,35 @@ class BackendStage(Stage):
         if floors:
             options["floors"] = floors
         return options
+
+    def _keep_fp32_where_needed(self, flow: Flow) -> None:
+        """A graph that 16-bit rounding alone moves past what parity can allow (a tenth of an
+        output's scale, or an overflow): mark the nodes that must stay in float32
+        (``unframe.validate.rounding.plan_keep_fp32``), which the backend honours, and say so."""
+        from unframe.passes import KEEP_FP32
+        from unframe.validate.rounding import MAX_SHARE, WIDEN, plan_keep_fp32, rounding_error
+
+        precision = self.backend.compute_precision(self.target)
+        feeds = flow.feeds
+        measured = rounding_error(flow.model, feeds, precision)
+        self._rounding = (feeds, measured)
+        if measured is None or not any(n in measured.nonfinite or WIDEN * e > MAX_SHARE * measured.scales[n]
+                                       for n, e in measured.errors.items()):
+            return
+        plan = plan_keep_fp32(flow.model, feeds, precision, lambda _name, scale: MAX_SHARE * scale / WIDEN)
+        if plan is None or not plan.kept:
+            return
+        nodes = list(flow.model.graph)
+        for position in plan.positions:
+            nodes[position].metadata_props[KEEP_FP32] = "1"
+        self._rounding = None  # measured again, with the kept nodes, at parity
+        shown = ", ".join(plan.kept[:6]) + (f" +{len(plan.kept) - 6} more" if len(plan.kept) > 6 else "")
+        moved = "overflowed" if plan.before == float("inf") else \
+            f"moved an output {plan.before * MAX_SHARE / WIDEN:.2g} of its scale"
+        flow.notes.append(f"{len(plan.kept)} node(s) kept in float32 ({shown}): {precision} rounding alone "
+                          f"{moved}, "
+                          f"{plan.after * MAX_SHARE / WIDEN:.2g} with them (onnxruntime on a rounded copy)"
+                          + ("" if plan.enough else "; still too much: --precision fp32 computes all of it in float32"))
 
     def _rounding_floors(self, flow: Flow) -> dict[str, float]:
         """A 16-bit artifact: what 16-bit rounding alone moves each output of the graph by, on the

@@ -10,7 +10,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from unframe.validate.compare import compare
-from unframe.validate.rounding import MAX_SHARE, WIDEN, RoundingError, _round, rounding_error
+from unframe.validate.rounding import MAX_SHARE, WIDEN, RoundingError, _round, plan_keep_fp32, rounding_error
 from unframe.validate.runner import Runner
 
 RNG = np.random.default_rng(0)
@@ -31,7 +31,7 @@ def _mlp() -> ir.Model:
 
 def _by_hand(x: np.ndarray, low: type) -> np.ndarray:
     r16 = lambda a: a.astype(low).astype(np.float32)  # noqa: E731
-    h = r16(x @ r16(W1))
+    h = r16(r16(x) @ r16(W1))  # a 16-bit node reads its inputs in 16 bits, the graph's input too
     r = r16(np.maximum(h, 0))
     return r @ r16(W2)
 
@@ -51,7 +51,8 @@ def test_the_measured_error_is_the_rounding_done_by_hand(precision: str, low: ty
 
 def test_bf16_rounding_is_round_to_nearest_even():
     values = RNG.standard_normal(10_000).astype(np.float32) * 1e3
-    np.testing.assert_array_equal(_round(values, None), values.astype(ml_dtypes.bfloat16).astype(np.float32))
+    np.testing.assert_array_equal(_round(values, ir.DataType.BFLOAT16),
+                                  values.astype(ml_dtypes.bfloat16).astype(np.float32))
 
 
 def test_allowance_is_capped_and_none_where_rounding_overflows():
@@ -83,3 +84,25 @@ def test_a_floor_raises_atol_to_the_rounding_error_and_a_users_atol_still_wins()
     assert raised and raised.outputs[0].rounding == pytest.approx(0.07)
     assert "16-bit rounding error" in raised.summary()
     assert not compare(a, b, {}, atol=1e-3, default_fn=lambda dt: (2e-2, 2e-2), floors={"y": 0.07})
+
+
+def test_the_planner_keeps_the_nodes_whose_rounding_cancellation_magnifies():
+    """y = p - q with p, q ~ 1000 and y ~ 5: rounding p or q (or their weights) to fp16 moves y
+    by ~0.5, and so does a Sub that reads them in 16 bits; the Relu before them is harmless. The
+    plan keeps exactly those three."""
+    rng = np.random.default_rng(4)
+    a = np.abs(rng.standard_normal((16, 4))).astype(np.float32) * 60
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+         helper.make_node("MatMul", ["r", "a"], ["p"], name="p"),
+         helper.make_node("MatMul", ["r", "b"], ["q"], name="q"),
+         helper.make_node("Sub", ["p", "q"], ["y"], name="sub")], "cancel",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])],
+        [numpy_helper.from_array(a, "a"), numpy_helper.from_array((a * 1.005).astype(np.float32), "b")])
+    model = ir.serde.deserialize_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                                                         ir_version=9))
+    feeds = [{"x": np.abs(rng.standard_normal((2, 16))).astype(np.float32)}]
+    plan = plan_keep_fp32(model, feeds, "fp16", lambda _n, scale: 0.01 * scale)
+    assert plan is not None and plan.before > 1.0 >= plan.after
+    assert plan.kept == ["p", "q", "sub"] and plan.positions == [1, 2, 3]

@@ -24,6 +24,7 @@ import onnx_ir as ir
 from unframe.converters.base import Artifact, Backend, RunnerUnavailable, Target
 from unframe.converters.registry import register_backend
 from unframe.errors import Blocker, ConversionError, UnsupportedError, UsageError
+from unframe.passes import keeps_fp32
 from unframe.validate.runner import Runner, TensorSpec
 from unframe.validate.tolerances import Tolerance
 
@@ -90,7 +91,8 @@ class CoreMLBackend(Backend):
         follows it (``convert`` takes it out of the cache: coremltools' converter changes it)."""
         from unframe.converters.backends.coreml.translate import ios_of, translate
 
-        key = _options_key(target)
+        # the nodes marked to stay in float32 change the translation (a plan may add marks)
+        key = _options_key(target) + f"|fp32:{sum(keeps_fp32(n) for n in model.graph)}"
         cached = _TRANSLATIONS.get(model)
         if cached is not None and cached[0] == key:
             return cached[1]
