@@ -101,3 +101,25 @@ def test_swin_windows_convert_to_coreml_with_parity(tmp_path: Path):
     assert parity, parity.reason
     assert any("folded to rank 5" in n for n in artifact.notes)
     assert parity.scale > 1.0
+
+
+def test_dynamo_style_reshapes_with_allowzero_and_a_minus_one_batch_fold():
+    """torch's dynamo exporter writes every Reshape with allowzero=1 and the batch as -1
+    (torchvision's swin_t): the fold takes them, -1 merged with a size stays -1."""
+    proto = _swin_block(False)
+    for init in proto.graph.initializer:
+        if init.name in ("target6", "target6b"):
+            values = numpy_helper.to_array(init).copy()
+            values[0] = -1
+            init.CopyFrom(numpy_helper.from_array(values, init.name))
+    for node in proto.graph.node:
+        if node.op_type == "Reshape":
+            node.attribute.append(helper.make_attribute("allowzero", 1))
+    model = ir.serde.deserialize_model(proto)
+    assert fold_high_rank_windows(model) == 2
+    folded = ir.serde.serialize_model(model)
+    merged = {i.name: numpy_helper.to_array(i).tolist() for i in folded.graph.initializer if "rank5" in i.name}
+    assert sorted(merged.values()) == sorted([[-1, WIN, W // WIN, WIN, C], [-1, W // WIN, WIN, WIN, C]])
+    x = np.random.default_rng(2).standard_normal((B, H, W, C)).astype(np.float32)
+    np.testing.assert_array_equal(OnnxRuntimeRunner(folded).run({"x": x})["y"],
+                                  OnnxRuntimeRunner(proto).run({"x": x})["y"])

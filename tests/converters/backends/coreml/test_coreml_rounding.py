@@ -8,10 +8,9 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import onnx_ir as ir
 import pytest
 from onnx import TensorProto, helper, numpy_helper
-
-import onnx_ir as ir
 
 import unframe
 from unframe.validate.rounding import MAX_SHARE, WIDEN, rounding_error

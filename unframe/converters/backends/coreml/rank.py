@@ -13,8 +13,8 @@ elements are in the same order either way. The pass rewrites the chain as::
 
 The first Reshape's target may be computed at run time (a dynamic batch, padded sizes): the merged
 entry is then computed in the graph too (``Mul`` of the two entries, ``-1`` kept as ``-1``).
-Anything the pass can't prove (a target entry of 0, which copies an input dim, in the last
-Reshape; a value used elsewhere; allowzero) is left alone, and the translator's rank check names
+Anything the pass can't prove (a target entry of 0, which copies an input dim unless
+``allowzero`` is set, where the merge would move it; a value used elsewhere) is left alone, and the translator's rank check names
 it as a blocker. The backend's parity check (onnxruntime on the original graph against the MIL
 evaluator on the package) proves each rewrite on the model's own inputs.
 """
@@ -46,7 +46,7 @@ def fold_high_rank_windows(model: ir.Model) -> int:
 
 
 def _fold(graph: ir.Graph, first: ir.Node) -> bool:
-    if not _is(first, "Reshape") or _allowzero(first):
+    if not _is(first, "Reshape"):
         return False
     target = first.inputs[1] if len(first.inputs) > 1 else None
     rank = _target_length(target)
@@ -62,7 +62,7 @@ def _fold(graph: ir.Graph, first: ir.Node) -> bool:
     if sorted(perm) != list(range(rank)):
         return False
     last = _only_user(transpose.outputs[0], graph)
-    if last is None or not _is(last, "Reshape") or _allowzero(last):
+    if last is None or not _is(last, "Reshape"):
         return False
     axis = _kept_pair(perm)
     if axis is None or _copies_dims(last, axis):
@@ -120,6 +120,8 @@ def _copies_dims(last: ir.Node, axis: int) -> bool:
     target = last.inputs[1] if len(last.inputs) > 1 else None
     if target is None:
         return True
+    if _allowzero(last):
+        return False  # a 0 is a 0-sized dim there, not a copy
     if target.const_value is None:
         return False  # a run-time target: exporters write actual sizes there (parity checks it)
     values = target.const_value.numpy().reshape(-1)
@@ -131,7 +133,7 @@ def _merged_target(graph: ir.Graph, first: ir.Node, target: ir.Value, axis: int,
     if target.const_value is not None:
         values = [int(v) for v in target.const_value.numpy().reshape(-1)]
         a, b = values[axis], values[axis + 1]
-        if a == 0 or b == 0:
+        if (a == 0 or b == 0) and not _allowzero(first):
             return None  # copies input dims: the merged one would copy the wrong dim
         merged = -1 if -1 in (a, b) else a * b
         new = np.array(values[:axis] + [merged] + values[axis + 2:], dtype=np.int64)
