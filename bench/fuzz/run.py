@@ -219,6 +219,9 @@ def run_plain(args: argparse.Namespace) -> dict[str, Any]:
         finally:
             faulthandler.cancel_dump_traceback_later()
         runs += 1
+        if runs % 2000 == 0:  # a long campaign says how far it is
+            print(f"progress {runs} executions, {runs / (time.time() - started):.1f}/s, {untyped} untyped, "
+                  f"peak RSS {_rss_mb()} MB", file=sys.stderr, flush=True)
         pool.append(data) if len(pool) < 256 else pool.__setitem__(rng.randrange(256), data)
         if _rss_mb() > args.rss_mb:
             raise SystemExit(f"peak RSS {_rss_mb()} MB over {args.rss_mb} MB (input: {current})")
