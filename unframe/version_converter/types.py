@@ -265,3 +265,28 @@ def checker_error(model: ir.Model | onnx.ModelProto) -> str:
     except Exception as exc:  # ValidationError / InferenceError: reported as a blocker
         return " ".join(str(exc).split())[:300]
     return ""
+
+
+def infer_dtypes(model: ir.Model) -> dict[str, int]:
+    """Element types of every named value, from onnx's shape inference on the weight-less copy
+    of ``light_proto`` (the in-memory model is not changed). Empty when inference fails."""
+    try:
+        proto = light_proto(model)
+        inferred = onnx.shape_inference.infer_shapes(proto, check_type=False, strict_mode=False)
+    except Exception:  # inference is best effort: dtype checks then use what the model declares
+        return {}
+    out: dict[str, int] = {}
+    graphs = [inferred.graph]
+    while graphs:
+        graph = graphs.pop()
+        for info in [*graph.value_info, *graph.input, *graph.output]:
+            if info.type.HasField("tensor_type") and info.type.tensor_type.elem_type:
+                out[info.name] = info.type.tensor_type.elem_type
+        for init in graph.initializer:
+            out[init.name] = init.data_type
+        for node in graph.node:
+            for attr in node.attribute:
+                if attr.g.node:
+                    graphs.append(attr.g)
+                graphs.extend(attr.graphs)
+    return out

@@ -10,8 +10,9 @@ import pytest
 from onnx import helper
 from trt_models import cnn_model, const, make_model, ort_run, torch_model, vi
 
-from unframe.converters.backends.tensorrt.precision import LowerPrecisionPass, lower_precision
 from unframe.converters.backends.tensorrt.prepare import prepare
+from unframe.converters.backends.tensorrt.table import supports_low
+from unframe.passes.precision import LowerPrecisionPass, lower_precision
 
 
 def dtype_of(model: ir.Model, name: str) -> ir.DataType:
@@ -26,7 +27,7 @@ def input_dtypes(model: ir.Model, op: str) -> set[ir.DataType]:
 
 def test_fp16_cnn_keeps_io_types_and_sensitive_ops_in_fp32():
     model = prepare(cnn_model())
-    lowered = lower_precision(model.clone(), "fp16")
+    lowered = lower_precision(model.clone(), "fp16", supports=supports_low)
     onnx.checker.check_model(ir.to_proto(lowered), full_check=True)
     assert [v.dtype for v in lowered.graph.inputs] == [ir.DataType.FLOAT]
     assert [(v.name, v.dtype) for v in lowered.graph.outputs] == [("y", ir.DataType.FLOAT)]
@@ -48,7 +49,7 @@ def test_fp16_transformer_encoder_matches_fp32_closely():
     layer = torch.nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True)
     encoder = torch.nn.TransformerEncoder(layer, 1, enable_nested_tensor=False)
     model = prepare(torch_model(encoder, (torch.randn(2, 5, 16),), ["x"], ["y"]))
-    lowered = lower_precision(model.clone(), "fp16")
+    lowered = lower_precision(model.clone(), "fp16", supports=supports_low)
     assert input_dtypes(lowered, "LayerNormalization") == {ir.DataType.FLOAT}
     assert input_dtypes(lowered, "Softmax") == {ir.DataType.FLOAT}
     assert ir.DataType.FLOAT16 in input_dtypes(lowered, "MatMul")
@@ -65,7 +66,7 @@ def test_resize_scales_stay_float32_and_cast_to_float_is_retargeted():
     model = make_model(nodes, [vi("x", [1, 1, 2, 2]), vi("n", [1], onnx.TensorProto.INT32)],
                        [vi("y", [1, 1, 4, 4])],
                        [const("scales", np.array([1, 1, 2, 2], np.float32))])
-    lowered = lower_precision(model.clone(), "fp16")
+    lowered = lower_precision(model.clone(), "fp16", supports=supports_low)
     resize = next(n for n in lowered.graph if n.op_type == "Resize")
     assert resize.inputs[0].dtype == ir.DataType.FLOAT16
     assert resize.inputs[2].dtype == ir.DataType.FLOAT  # tensor(float) in the ONNX spec
@@ -76,7 +77,7 @@ def test_resize_scales_stay_float32_and_cast_to_float_is_retargeted():
 
 
 def test_bf16_graph_is_well_formed_and_typed():
-    lowered = lower_precision(prepare(cnn_model()), "bf16")
+    lowered = lower_precision(prepare(cnn_model()), "bf16", supports=supports_low)
     # Not full_check: ONNX's Conv/Gemm schemas omit bfloat16, TensorRT's parser takes it.
     onnx.checker.check_model(ir.to_proto(lowered))
     assert input_dtypes(lowered, "Conv") == {ir.DataType.BFLOAT16}
@@ -85,9 +86,9 @@ def test_bf16_graph_is_well_formed_and_typed():
 
 def test_fp32_is_a_no_op_and_bad_precision_raises():
     model = cnn_model()
-    assert lower_precision(model, "fp32") is model
+    assert lower_precision(model, "fp32", supports=supports_low) is model
     with pytest.raises(ValueError, match="precision"):
-        LowerPrecisionPass("int4")
+        LowerPrecisionPass("int4", supports=supports_low)
 
 
 def test_values_captured_by_subgraphs_are_cast_back_to_fp32():
@@ -98,7 +99,7 @@ def test_values_captured_by_subgraphs_are_cast_back_to_fp32():
     nodes = [helper.make_node("Relu", ["x"], ["r"]),
              helper.make_node("If", ["c"], ["y"], then_branch=then_branch, else_branch=else_branch)]
     model = make_model(nodes, [vi("x", [4]), vi("c", [], onnx.TensorProto.BOOL)], [vi("y", [4])])
-    lowered = lower_precision(model.clone(), "fp16")
+    lowered = lower_precision(model.clone(), "fp16", supports=supports_low)
     relu = next(n for n in lowered.graph if n.op_type == "Relu")
     assert relu.outputs[0].dtype == ir.DataType.FLOAT16
     x = np.array([-1, 2, -3, 4], np.float32)
@@ -120,7 +121,7 @@ def test_fp16_leaves_nodes_marked_keep_fp32_in_fp32():
 
     model = ir.serde.deserialize_model(stump_model())
     lower(model)
-    lowered = lower_precision(model.clone(), "fp16")
+    lowered = lower_precision(model.clone(), "fp16", supports=supports_low)
     assert input_dtypes(lowered, "Mul") == {ir.DataType.FLOAT16}
     assert input_dtypes(lowered, "LessOrEqual") == {ir.DataType.FLOAT}
     x = np.array([[1.0008], [0.5], [2.0], [1.0006]], np.float32)
@@ -144,18 +145,18 @@ def _overflowing_model() -> ir.Model:
 
 
 def test_range_analysis_keeps_what_overflows_fp16_in_fp32_and_names_it():
-    from unframe.converters.backends.tensorrt.precision import overflowing_values
+    from unframe.passes.precision import overflowing_values
 
     model = _overflowing_model()
     x = np.abs(np.random.default_rng(4).standard_normal((4, 8))).astype(np.float32) + 1
     ref = ort_run(model, {"x": x})["y"]
     assert 1 < np.abs(ref).max() < 100  # order 1 output: the comparison means something
-    blind = ort_run(lower_precision(model.clone(), "fp16"), {"x": x})["y"]
+    blind = ort_run(lower_precision(model.clone(), "fp16", supports=supports_low), {"x": x})["y"]
     assert not np.isfinite(blind).all()  # the static keep-list alone hands over inf
 
     found = overflowing_values(model, "fp16", [{"x": x}])
     assert set(found) == {"big", "h"} and min(found.values()) > 65504, found
-    lowered = lower_precision(model.clone(), "fp16", keep_values=found)
+    lowered = lower_precision(model.clone(), "fp16", keep_values=found, supports=supports_low)
     assert ir.DataType.FLOAT16 not in input_dtypes(lowered, "Mul")  # both Muls stay fp32
     assert ir.DataType.FLOAT16 in input_dtypes(lowered, "Add")  # the rest still goes low
     np.testing.assert_allclose(ort_run(lowered, {"x": x})["y"], ref, atol=1e-2, rtol=1e-2)

@@ -168,9 +168,10 @@ class TensorRTBackend(Backend):
         import onnx_ir as ir
 
         from unframe.converters.backends.tensorrt.build import BuildOptions, build
-        from unframe.converters.backends.tensorrt.precision import lower_precision
         from unframe.converters.backends.tensorrt.prepare import prepare
         from unframe.converters.backends.tensorrt.profiles import make_profile
+        from unframe.converters.backends.tensorrt.table import supports_low
+        from unframe.passes.precision import lower_precision
 
         self.ensure_available()
         precision = target.get("precision", "fp32")
@@ -178,7 +179,7 @@ class TensorRTBackend(Backend):
             raise UsageError(f"unknown TensorRT precision {precision!r}",
                              f"use one of {', '.join(PRECISIONS)}")
         overflow, range_notes = _range_analysis(model, precision)
-        prepared = lower_precision(prepare(model.clone()), precision, keep_values=overflow)
+        prepared = lower_precision(prepare(model.clone()), precision, keep_values=overflow, supports=supports_low)
         profile = make_profile(prepared, target.get("shapes"), target.get("sample_shapes"),
                                bool(target.get("static", False)))
         workdir.mkdir(parents=True, exist_ok=True)
@@ -324,7 +325,7 @@ def support_markdown() -> list[str]:
 def _range_analysis(model: ir.Model, precision: str) -> tuple[dict[str, float], list[str]]:
     """Tensors past fp16's range on generated calibration feeds (onnxruntime, every
     intermediate tapped): kept in fp32 and each one reported."""
-    from unframe.converters.backends.tensorrt.precision import overflowing_values
+    from unframe.passes.precision import overflowing_values
     from unframe.validate.inputs import generate_feeds
 
     if precision != "fp16":

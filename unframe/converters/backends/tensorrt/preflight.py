@@ -24,6 +24,7 @@ import onnx_ir as ir
 from unframe.converters.backends.tensorrt.table import NO_TRT_TYPE, ONNX_TO_TABLE_TYPE, lookup
 from unframe.errors import Blocker
 from unframe.opset import DEFAULT_DOMAINS, FALLBACK_OPSET, main_opset
+from unframe.version_converter.types import infer_dtypes
 
 TOPK_MAX_K = 3840
 RESIZE_COORD_MODES = {"half_pixel", "pytorch_half_pixel", "tf_half_pixel_for_nn", "asymmetric",
@@ -479,33 +480,6 @@ def _rotary(node: ir.Node, ctx: Context) -> Iterator[str]:
     dt = ctx.dtype(pos)
     if pos is not None and dt is not None and dt != int(ir.DataType.INT64):
         yield "position_ids must be INT64"
-
-
-def infer_dtypes(model: ir.Model) -> dict[str, int]:
-    """Element types of every named value, from onnx's shape inference on a serialized copy
-    (the in-memory model is not changed). Empty when inference fails."""
-    import onnx
-
-    try:
-        proto = ir.to_proto(model)
-        inferred = onnx.shape_inference.infer_shapes(proto, check_type=False, strict_mode=False)
-    except Exception:  # inference is best effort: dtype checks then use what the model declares
-        return {}
-    out: dict[str, int] = {}
-    graphs = [inferred.graph]
-    while graphs:
-        graph = graphs.pop()
-        for info in [*graph.value_info, *graph.input, *graph.output]:
-            if info.type.HasField("tensor_type") and info.type.tensor_type.elem_type:
-                out[info.name] = info.type.tensor_type.elem_type
-        for init in graph.initializer:
-            out[init.name] = init.data_type
-        for node in graph.node:
-            for attr in node.attribute:
-                if attr.g.node:
-                    graphs.append(attr.g)
-                graphs.extend(attr.graphs)
-    return out
 
 
 # -- the real parser ------------------------------------------------------------------------------

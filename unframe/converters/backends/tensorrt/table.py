@@ -14,6 +14,8 @@ import functools
 from dataclasses import dataclass
 from importlib import resources
 
+import onnx_ir as ir
+
 # ONNX TensorProto element types -> the table's type names. TensorRT's FP8 is E4M3FN only.
 # DOUBLE counts as FP32: the parser narrows float64 tensors to float32 (measured with
 # bench/tensorrt_preflight.py: every float64 node case the table would refuse, the parser takes).
@@ -70,3 +72,13 @@ def support_table() -> dict[str, OpSupport]:
 
 def lookup(op: str) -> OpSupport | None:
     return support_table().get(op)
+
+
+TABLE_NAMES = {ir.DataType.FLOAT16: "FP16", ir.DataType.BFLOAT16: "BF16"}
+
+
+def supports_low(node: ir.Node, low: ir.DataType, opset: int) -> bool:
+    """TensorRT's table lists ``node``'s op for the 16-bit type ``low`` (the precision pass's
+    ``supports`` for engines; TensorRT takes bf16 Conv and Gemm, which ONNX's schemas don't)."""
+    row = lookup(node.op_type)
+    return row is not None and row.supported and (not row.types or TABLE_NAMES[low] in row.types)

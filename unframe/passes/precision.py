@@ -1,22 +1,24 @@
-"""Reduced precision in the graph itself, for strongly typed TensorRT networks.
+"""Reduced precision in the graph itself: fp16 or bf16 compute as a property of the ONNX graph.
 
-TensorRT 11 and TensorRT-RTX have no FP16/BF16 builder flags: a tensor computes in the type the
-graph gives it. ``LowerPrecisionPass`` rewrites float32 compute to fp16 or bf16 while:
+TensorRT 11 and TensorRT-RTX have no FP16/BF16 builder flags (a tensor computes in the type the
+graph gives it), and an fp16 ONNX file is the same rewrite. ``LowerPrecisionPass`` rewrites
+float32 compute to fp16 or bf16 while:
 
 - keeping the model's input and output types (Casts at the boundary);
 - keeping numerically sensitive ops in fp32 (Softmax, reductions, normalizations, Exp/Log/Pow,
   ...), and every node a pass marked ``unframe.passes.KEEP_FP32`` (lowered tree comparisons and
   sums), with Casts into and out of them;
-- keeping any op in fp32 that TensorRT's table does not list for the low type (e.g. STFT), or
-  whose float type is set by an attribute (ConstantOfShape, Random*, EyeLike), or that has a
-  subgraph;
+- keeping any op in fp32 that the target can't compute in the low type (``supports``: TensorRT's
+  table for TensorRT, onnx's schemas for an ONNX file), or whose float type is set by an
+  attribute (ConstantOfShape, Random*, EyeLike), or that has a subgraph;
 - leaving inputs the ONNX spec fixes to float32 (Resize ``scales``) untouched;
 - keeping in fp32 every node that reads or writes a tensor found past fp16's range by range
   analysis on calibration feeds (``overflowing_values``: onnxruntime with every intermediate
   tapped), e.g. an un-normalized residual stream or attention scores before a mask.
 
-Which ops go low follows TensorRT's table, not ONNX's schemas: a bf16 graph has bf16 Conv and
-Gemm, which TensorRT builds but ONNX's type constraints (and so onnxruntime) do not allow.
+Which ops go low is the target's: for TensorRT its table, not ONNX's schemas (a bf16 graph has
+bf16 Conv and Gemm, which TensorRT builds but ONNX's type constraints, and so onnxruntime, do
+not allow); for an ONNX file ``schema_supports``.
 
 Before (fp16)::
 
@@ -29,19 +31,19 @@ After::
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 
 import numpy as np
 import onnx_ir as ir
 
-from unframe.converters.backends.tensorrt.preflight import infer_dtypes
-from unframe.converters.backends.tensorrt.table import lookup
 from unframe.opset import FALLBACK_OPSET, is_default_domain, main_opset
 from unframe.passes import keeps_fp32
+from unframe.version_converter.types import infer_dtypes
 
 FLOAT = ir.DataType.FLOAT
 LOW_TYPES = {"fp16": ir.DataType.FLOAT16, "bf16": ir.DataType.BFLOAT16}
-TABLE_NAMES = {ir.DataType.FLOAT16: "FP16", ir.DataType.BFLOAT16: "BF16"}
+# whether a target computes ``node`` in the low type (TensorRT: its table; ONNX: the schemas)
+Supports = Callable[[ir.Node, ir.DataType, int], bool]
 # Ops whose accuracy falls apart in 16-bit: accumulations, exponentials, normalizations.
 KEEP_FP32 = frozenset({
     "Softmax", "LogSoftmax", "Hardmax", "Exp", "Log", "Pow", "Sqrt", "Reciprocal", "Erf",
@@ -96,18 +98,19 @@ class LowerPrecisionPass(ir.passes.InPlacePass):
     ``keep_values``: tensor names (from ``overflowing_values``) whose readers and writer stay
     fp32."""
 
-    def __init__(self, precision: str, keep_values: Collection[str] = ()) -> None:
+    def __init__(self, precision: str, keep_values: Collection[str] = (), *, supports: Supports) -> None:
         super().__init__()
         if precision not in LOW_TYPES:
             raise ValueError(f"precision must be one of {sorted(LOW_TYPES)}, not {precision!r}")
         self.low = LOW_TYPES[precision]
         self.keep_values = frozenset(keep_values)
+        self.supports = supports
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         graph = model.graph
         dtypes = infer_dtypes(model)
         opset = main_opset(model, default=FALLBACK_OPSET)
-        low_nodes = [n for n in graph if self._goes_low(n, dtypes)]
+        low_nodes = [n for n in graph if self._goes_low(n, dtypes, opset)]
         casts = _Casts(graph)
         low_set = {id(n) for n in low_nodes}
         for node in low_nodes:
@@ -125,7 +128,7 @@ class LowerPrecisionPass(ir.passes.InPlacePass):
         self._restore_fp32(graph, low_set, casts, dtypes)
         return ir.passes.PassResult(model, modified=bool(low_nodes))
 
-    def _goes_low(self, node: ir.Node, dtypes: dict[str, int]) -> bool:
+    def _goes_low(self, node: ir.Node, dtypes: dict[str, int], opset: int) -> bool:
         if not is_default_domain(node.domain) or node.op_type in KEEP_FP32 | TYPED_BY_ATTRIBUTE:
             return False
         if keeps_fp32(node):  # a lowered ML op's comparison or sum (unframe.passes.KEEP_FP32)
@@ -135,8 +138,7 @@ class LowerPrecisionPass(ir.passes.InPlacePass):
         if any(a.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS)
                for a in node.attributes.values()):
             return False
-        row = lookup(node.op_type)
-        if row is None or not row.supported or (row.types and TABLE_NAMES[self.low] not in row.types):
+        if not self.supports(node, self.low, opset):
             return False
         if node.op_type == "Cast":
             to = node.attributes.get("to")
@@ -258,13 +260,27 @@ def _to_low(array: np.ndarray, low: ir.DataType) -> np.ndarray:
     return array.astype(ml_dtypes.bfloat16)
 
 
-def lower_precision(model: ir.Model, precision: str | None,
-                    keep_values: Collection[str] = ()) -> ir.Model:
+def lower_precision(model: ir.Model, precision: str | None, keep_values: Collection[str] = (), *,
+                    supports: Supports) -> ir.Model:
     """Apply ``LowerPrecisionPass`` unless precision is None/"fp32"."""
     import onnx_ir.passes.common as common_passes
 
     if precision in (None, "fp32"):
         return model
-    passes = ir.passes.PassManager([LowerPrecisionPass(precision, keep_values),
+    passes = ir.passes.PassManager([LowerPrecisionPass(precision, keep_values, supports=supports),
                                     common_passes.RemoveUnusedNodesPass()])
     return passes(model).model
+
+
+def schema_supports(node: ir.Node, low: ir.DataType, opset: int) -> bool:
+    """onnx's schema of ``node`` at ``opset`` lets every type variable that float32 fills take
+    ``low`` too (what an ONNX runtime may be asked to run)."""
+    import onnx
+
+    try:
+        schema = onnx.defs.get_schema(node.op_type, opset, "")
+    except Exception:  # noqa: BLE001 - an op onnx doesn't know: leave it as it is
+        return False
+    want, low_name = "tensor(float)", f"tensor({'float16' if low == ir.DataType.FLOAT16 else 'bfloat16'})"
+    takes_float = [c for c in schema.type_constraints if want in c.allowed_type_strs]
+    return bool(takes_float) and all(low_name in c.allowed_type_strs for c in takes_float)
