@@ -295,3 +295,22 @@ def test_an_unsorted_chain_is_not_a_cycle(tmp_path: Path):
     onnx.save(model, tmp_path / "cycle.onnx")
     with pytest.raises(InputError, match="cycle"):
         unframe.load(tmp_path / "cycle.onnx")
+
+
+def test_a_function_call_may_not_omit_an_input_its_body_needs(tmp_path: Path):
+    """Found by the opset campaign: f(a, b, "") whose body is Max(i0, i1, i2) crashed onnxruntime
+    (a segfault of the whole process) once inlined. Omitting an input the body leaves alone is fine."""
+    def model(body_inputs: list[str]) -> onnx.ModelProto:
+        f = helper.make_function("local", "f", ["i0", "i1", "i2"], ["o0"],
+                                 [helper.make_node("Max", body_inputs, ["o0"])],
+                                 [helper.make_opsetid("", 13)])
+        graph = helper.make_graph([helper.make_node("f", ["x", "x", ""], ["y"], domain="local")], "g",
+                                  [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
+                                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])])
+        return helper.make_model(graph, functions=[f], ir_version=9,
+                                 opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("local", 1)])
+
+    result, before = _convert(tmp_path, model(["i0", "i1", "i2"]))
+    _refused(result, tmp_path, before, "calls function 'f' without its input 'i2', which the function's Max needs")
+    ok, _ = _convert(tmp_path, model(["i0", "i1"]))
+    assert ok.exit_code == 0, ok.output

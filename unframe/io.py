@@ -490,6 +490,39 @@ def _check_schemas(proto: onnx.ModelProto, where: str, local_fns: set[tuple[str,
         f_imports = _imports(f.opset_import)
         for node in f.node:
             _check_node(node, f_imports, where, local_fns, in_function=True)
+    _check_function_calls(proto, where)
+
+
+def _check_function_calls(proto: onnx.ModelProto, where: str) -> None:
+    """A call of a model-local function may omit an input (empty or past the end) only where
+    the body doesn't need it: inlined, ``Max(a, b, "")`` is what crashed onnxruntime before."""
+    from unframe.opset import FALLBACK_OPSET, norm_domain
+
+    functions = {(f.domain, f.name): f for f in proto.functions}
+    callers = [*_all_nodes(proto.graph), *(n for f in proto.functions for n in f.node)]
+    for call in callers:
+        f = functions.get((call.domain, call.op_type))
+        if f is None:
+            continue
+        omitted = {name for k, name in enumerate(f.input) if k >= len(call.input) or not call.input[k]}
+        if not omitted:
+            continue
+        imports = _imports(f.opset_import)
+        for body in f.node:
+            domain = norm_domain(body.domain)
+            if domain not in ("", ML_DOMAIN) or (body.domain, body.op_type) in functions:
+                continue
+            sig = _signature(body.op_type, imports.get(domain, FALLBACK_OPSET), domain)
+            if sig is None:
+                continue
+            needed = set(sig.required_inputs)
+            if sig.variadic_from is not None:
+                needed |= set(range(sig.variadic_from, len(body.input)))
+            bad = [body.input[i] for i in sorted(needed) if i < len(body.input) and body.input[i] in omitted]
+            if bad:
+                raise InputError(f"{where}: {_label(call)} calls function {f.name!r} without its input "
+                                 f"{bad[0]!r}, which the function's {body.op_type} needs",
+                                 "the model is broken; re-export it")
 
 
 def _imports(opset_import: Any) -> dict[str, int]:
