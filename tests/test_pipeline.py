@@ -172,9 +172,9 @@ def test_an_option_no_stage_reads_is_a_usage_error(mlp_path: Path, tmp_path: Pat
         unframe.convert(mlp_path, to="coreml", precison="fp16", output=tmp_path / "m.mlpackage")
     assert "precison" in str(typo.value) and "did you mean 'precision'" in str(typo.value)
     with pytest.raises(UsageError) as elsewhere:
-        unframe.convert(mlp_path, to="onnx", precision="fp16", output=tmp_path / "m.onnx")
+        unframe.convert(mlp_path, to="onnx", image_input="x", output=tmp_path / "m.onnx")
     assert "no stage of this route" in str(elsewhere.value)
-    res = CliRunner().invoke(cli, ["convert", str(mlp_path), "--precision", "fp16", "-o", str(tmp_path / "m.onnx")])
+    res = CliRunner().invoke(cli, ["convert", str(mlp_path), "--image-input", "x", "-o", str(tmp_path / "m.onnx")])
     assert res.exit_code == 2
     assert list(tmp_path.iterdir()) == [mlp_path]
 

@@ -519,11 +519,12 @@ class BackendStage(Stage):
             raise UnsupportedError(f"the {be.name} backend can't take this model: {len(blockers)} "
                                    "blocker(s)", "see the list; `unframe check` shows them without "
                                    "converting", blockers=blockers)
-        if not be.artifact_is_graph:  # nothing is compared after an ONNX artifact
+        compared = be.changes_compute(tgt)  # not a plain ONNX artifact: checked against the graph
+        if compared:
             flow.pin_runners()
         near = self.output.parent if self.output is not None else None
         flow.artifact = be.convert(flow.model, tgt, flow.work_dir(near))
-        if not flow.validate or be.artifact_is_graph:
+        if not flow.validate or not compared:
             return
         try:
             flow.candidate = be.runner(flow.artifact, tgt)
@@ -576,7 +577,8 @@ class BackendStage(Stage):
         nodes = list(flow.model.graph)
         for position in plan.positions:
             nodes[position].metadata_props[KEEP_FP32] = "1"
-        self._rounding = None  # measured again, with the kept nodes, at parity
+        # measured again with the kept nodes, now: a backend may rewrite the graph in place (ONNX)
+        self._rounding = (feeds, rounding_error(flow.model, feeds, precision))
         shown = ", ".join(plan.kept[:6]) + (f" +{len(plan.kept) - 6} more" if len(plan.kept) > 6 else "")
         moved = "overflowed" if plan.before == float("inf") else \
             f"moved an output {plan.before * MAX_SHARE / WIDEN:.2g} of its scale"

@@ -316,7 +316,7 @@ def _branch_stages(route: Route, branch: Branch, request: Request, fe: Frontend)
         return stages
     backend = pl.BackendStage(be, branch.target, branch.output)
     stages.append(backend)
-    if validate and not be.artifact_is_graph:
+    if validate and be.changes_compute(branch.target):
         stages.append(pl.ParityStage(backend, "onnxruntime", f"{be.name} runner", "artifact vs ONNX"))
     stamp = pl.StampStage(be)
     stages.append(stamp)

@@ -214,7 +214,7 @@ CONVERSION_OPTIONS = [
     click.option("--tree-strategy", type=click.Choice(["auto", "gemm", "perfect", "traversal"]),
                  help="ml_to_tensor: how trees are compiled (default auto: by depth, as hummingbird)."),
     click.option("--float-precision", type=click.Choice(["auto", "float", "double"]), help="sklearn: float32 or double route."),
-    click.option("--precision", type=click.Choice(["fp32", "fp16", "bf16"]), help="coreml/tensorrt: compute precision."),
+    click.option("--precision", type=click.Choice(["fp32", "fp16", "bf16"]), help="onnx/coreml/tensorrt: compute precision (16-bit: checked against float32, sensitive nodes kept in float32)."),
     click.option("--target", "deploy_target", metavar="iOS16|iOS17|...", help="coreml: minimum deployment target."),
     click.option("--dim", "dims", multiple=True, metavar="NAME:MIN:MAX", help="coreml: range of a dynamic dim."),
     click.option("--enumerated", multiple=True, metavar="NAME:SHAPE,SHAPE",

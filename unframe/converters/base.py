@@ -222,7 +222,8 @@ class Backend(_Component):
 
     suffixes: tuple[str, ...] = ()  # output suffixes it writes
     canonical_opset: int | None = None  # models are converted to this opset first (None: keep)
-    # True when the artifact is the ONNX graph itself (nothing new to run for parity)
+    # True when the artifact is the ONNX graph itself (nothing new to run for parity, unless
+    # ``changes_compute`` says the backend rewrote what it computes, e.g. fp16 compute)
     artifact_is_graph: bool = False
     # True when the runtime holds neither ai.onnx.ml ops nor strings: the route lowers them
     # (``unframe.passes.ml_to_tensor``) before the backend
@@ -282,6 +283,11 @@ class Backend(_Component):
         ``(names, feeds) -> values`` building and running the artifact with ``names`` marked as
         outputs; None when this machine can't run it (the locator then bisects with it)."""
         return None
+
+    def changes_compute(self, target: Target) -> bool:
+        """For a backend whose artifact is the ONNX graph: whether ``target`` makes it compute
+        differently (then its parity is checked like any artifact's)."""
+        return not self.artifact_is_graph
 
     def compute_precision(self, target: Target) -> str:
         """The float type the artifact computes in for ``target``: "fp32", "fp16" or "bf16". A

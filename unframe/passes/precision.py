@@ -284,3 +284,23 @@ def schema_supports(node: ir.Node, low: ir.DataType, opset: int) -> bool:
     want, low_name = "tensor(float)", f"tensor({'float16' if low == ir.DataType.FLOAT16 else 'bfloat16'})"
     takes_float = [c for c in schema.type_constraints if want in c.allowed_type_strs]
     return bool(takes_float) and all(low_name in c.allowed_type_strs for c in takes_float)
+
+
+def range_analysis(model: ir.Model, precision: str) -> tuple[dict[str, float], list[str]]:
+    """Tensors past fp16's range on generated calibration feeds (onnxruntime, every
+    intermediate tapped): kept in fp32 and each one reported."""
+    from unframe.validate.inputs import generate_feeds
+
+    if precision != "fp16":
+        return {}, []
+    try:
+        overflow = overflowing_values(model, precision, generate_feeds(model))
+    except Exception as exc:  # a graph onnxruntime can't run: the static keep-list only
+        return {}, [f"fp16 range analysis skipped ({type(exc).__name__}: "
+                    f"{str(exc).splitlines()[0][:160] if str(exc) else ''}); only the static "
+                    "fp32 keep-list applies"]
+    if not overflow:
+        return {}, ["fp16 range analysis: no tensor past fp16's range on the calibration feeds"]
+    listed = ", ".join(f"{name} (max |x| {peak:.3g})" for name, peak in
+                       sorted(overflow.items(), key=lambda item: -item[1]))
+    return overflow, [f"kept in fp32, past fp16's range on the calibration feeds: {listed}"]

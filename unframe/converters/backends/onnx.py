@@ -1,10 +1,18 @@
 """ONNX out: the checker with full checks and strict shape inference as pre-flight, then an
-atomic write (external data above the 2 GB protobuf limit). Provenance goes in metadata_props."""
+atomic write (external data above the 2 GB protobuf limit). Provenance goes in metadata_props.
+
+``precision="fp16"`` (or bf16) makes 16-bit compute a property of the graph: float32 compute is
+rewritten to the 16-bit type where onnx's schemas allow it, inputs and outputs keep their types,
+numerically sensitive ops stay in float32 (``unframe.passes.precision``), and so do tensors past
+fp16's range on calibration feeds and the nodes whose rounding moves an output past what parity
+allows (found by bisection before conversion, ``unframe.validate.rounding``). The graph is then
+checked against the float32 one on onnxruntime, like any other artifact."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import onnx
 import onnx_ir as ir
 
@@ -12,7 +20,12 @@ from unframe import io
 from unframe.converters.base import Artifact, Backend, Target
 from unframe.converters.registry import register_backend
 from unframe.errors import Blocker, UsageError
+from unframe.validate.runner import Runner
+from unframe.validate.tolerances import Tolerance
 from unframe.version_converter.types import infer_shapes
+
+# 16-bit compute an ONNX graph can be given, with its (atol, rtol) against the float32 graph
+LOW_PRECISIONS = {"fp16": (1e-2, 1e-2), "bf16": (6e-2, 6e-2)}
 
 
 @register_backend
@@ -23,6 +36,7 @@ class OnnxBackend(Backend):
     suffixes = (".onnx",)
     canonical_opset = None  # keep the model's opset unless --opset asks for another
     artifact_is_graph = True
+    option_names = ("precision",)
 
     def distributions(self) -> tuple[str, ...]:
         return ("onnx", "onnx-ir")
@@ -30,9 +44,40 @@ class OnnxBackend(Backend):
     def check(self, model: ir.Model, target: Target) -> list[Blocker]:
         return onnx_checker_blockers(model)
 
+    def changes_compute(self, target: Target) -> bool:
+        return self.compute_precision(target) != "fp32"
+
+    def compute_precision(self, target: Target) -> str:
+        precision = str(target.get("precision") or "fp32").lower()
+        return precision if precision in LOW_PRECISIONS else "fp32"
+
+    def tolerance(self, dtype: np.dtype, target: Target) -> Tolerance | None:
+        precision = self.compute_precision(target)
+        if precision == "fp32" or np.dtype(dtype).kind != "f":
+            return None
+        return Tolerance(*LOW_PRECISIONS[precision], of_scale=True)  # 16-bit compute: validate.tolerances
+
+    def runner(self, artifact: Artifact, target: Target) -> Runner:
+        from unframe.pipeline import onnx_runner_of
+
+        return onnx_runner_of(artifact.model, "the 16-bit graph")
+
     def convert(self, model: ir.Model, target: Target, workdir: Path) -> Artifact:
+        precision = self.compute_precision(target)
+        notes: list[str] = []
+        if precision != "fp32":
+            from unframe.passes import keeps_fp32
+            from unframe.passes.precision import lower_precision, range_analysis, schema_supports
+
+            overflow, notes = range_analysis(model, precision)
+            lower_precision(model, precision, keep_values=overflow, supports=schema_supports)
+            kept = sum(keeps_fp32(n) for n in model.graph)
+            notes.append(f"{precision} compute set in the graph where onnx's schemas allow it; inputs and "
+                         "outputs keep their types; softmax, norms, reductions, exp/log/pow"
+                         + (f" and {kept} node(s) planned for float32" if kept else "") + " stay in float32")
         remove_dead_values(model)
-        return Artifact(kind="onnx", model=model)
+        return Artifact(kind="onnx", model=model, notes=notes,
+                        metadata={"unframe.precision": precision} if precision != "fp32" else {})
 
     def stamp(self, artifact: Artifact, provenance: dict[str, str]) -> None:
         artifact.metadata.update(provenance)

@@ -171,14 +171,14 @@ class TensorRTBackend(Backend):
         from unframe.converters.backends.tensorrt.prepare import prepare
         from unframe.converters.backends.tensorrt.profiles import make_profile
         from unframe.converters.backends.tensorrt.table import supports_low
-        from unframe.passes.precision import lower_precision
+        from unframe.passes.precision import lower_precision, range_analysis
 
         self.ensure_available()
         precision = target.get("precision", "fp32")
         if precision not in PRECISIONS:
             raise UsageError(f"unknown TensorRT precision {precision!r}",
                              f"use one of {', '.join(PRECISIONS)}")
-        overflow, range_notes = _range_analysis(model, precision)
+        overflow, range_notes = range_analysis(model, precision)
         prepared = lower_precision(prepare(model.clone()), precision, keep_values=overflow, supports=supports_low)
         profile = make_profile(prepared, target.get("shapes"), target.get("sample_shapes"),
                                bool(target.get("static", False)))
@@ -322,22 +322,3 @@ def support_markdown() -> list[str]:
     return lines + [""]
 
 
-def _range_analysis(model: ir.Model, precision: str) -> tuple[dict[str, float], list[str]]:
-    """Tensors past fp16's range on generated calibration feeds (onnxruntime, every
-    intermediate tapped): kept in fp32 and each one reported."""
-    from unframe.passes.precision import overflowing_values
-    from unframe.validate.inputs import generate_feeds
-
-    if precision != "fp16":
-        return {}, []
-    try:
-        overflow = overflowing_values(model, precision, generate_feeds(model))
-    except Exception as exc:  # a graph onnxruntime can't run: the static keep-list only
-        return {}, [f"fp16 range analysis skipped ({type(exc).__name__}: "
-                    f"{str(exc).splitlines()[0][:160] if str(exc) else ''}); only the static "
-                    "fp32 keep-list applies"]
-    if not overflow:
-        return {}, ["fp16 range analysis: no tensor past fp16's range on the calibration feeds"]
-    listed = ", ".join(f"{name} (max |x| {peak:.3g})" for name, peak in
-                       sorted(overflow.items(), key=lambda item: -item[1]))
-    return overflow, [f"kept in fp32, past fp16's range on the calibration feeds: {listed}"]

@@ -6,7 +6,7 @@ float16 graph, and parity runs in that precision with its tolerance
 exports a half-precision model in another precision instead: the live model is cast in place
 inside the preserve guard, which restores its storage and dtype afterwards, and floating inputs
 in the model's precision follow it. A float32 model keeps float32 here: lowering float32 compute
-is the CoreML and TensorRT backends' job (they read the same option and keep the I/O types).
+is the backends' job (ONNX, CoreML and TensorRT read the same option and keep the I/O types).
 """
 
 from __future__ import annotations
