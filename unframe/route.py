@@ -357,6 +357,8 @@ def ml_plan(src: Any, fe: Frontend, backends: list[Backend], request: Request) -
 
 
 def _peek_model(src: Any) -> Any:
+    """The source, read for planning with the load stage's checks (the ML plan reads its trees):
+    None when it is unreadable or broken, which the load stage then says."""
     import onnx
     import onnx_ir as ir
 
@@ -364,10 +366,13 @@ def _peek_model(src: Any) -> Any:
 
     try:
         if isinstance(src, Path):
-            return ir.serde.deserialize_model(io.load_proto(src))
+            proto = io.load_proto(src)
+            io.check_model(proto, str(src), src)
+            return ir.serde.deserialize_model(proto)
         if isinstance(src, onnx.ModelProto):
+            io.check_model(src, "the model")
             return ir.serde.deserialize_model(src)
-    except Exception:  # unreadable: the load stage says why
+    except Exception:  # unreadable or broken: the load stage says why
         return None
     return src if isinstance(src, ir.Model) else None
 
