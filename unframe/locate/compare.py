@@ -51,7 +51,7 @@ def compare_artifacts(a: str | Path, b: str | Path, *, feeds: list[dict[str, Any
     if feeds is None:
         feeds = (ref if ref.graph is not None else cand).feeds(2)
     parity = compare(ref.runner, cand.runner, feeds, atol, rtol, stage="compare",
-                     default_fn=_backend_tolerance(cand))
+                     default_fn=_backend_tolerance(cand), floors=_rounding_floors(ref, cand, feeds))
     result = CompareResult(describe(ref), describe(cand), parity)
     if intermediates:
         plan = _plan(ref, cand, stage_tolerance(parity))
@@ -74,6 +74,26 @@ def _backend_tolerance(opened: Opened) -> Any:
     backend = BACKENDS.get(opened.kind)
     target = Target(opened.kind, None, dict(opened.options))
     return lambda dtype: backend.tolerance(dtype, target)
+
+
+def _rounding_floors(ref: Opened, cand: Opened, feeds: list[dict[str, Any]]) -> dict[str, float] | None:
+    """A 16-bit candidate against an ONNX reference: the atol floors the conversion's own parity
+    used (what 16-bit rounding alone moves the reference graph's outputs by)."""
+    if ref.graph is None or cand.kind == "onnx":
+        return None
+    from unframe.converters.base import Target
+    from unframe.converters.registry import BACKENDS
+    from unframe.errors import UnframeError
+    from unframe.validate.rounding import rounding_error
+
+    try:
+        precision = BACKENDS.get(cand.kind).compute_precision(Target(cand.kind, None, dict(cand.options)))
+    except UnframeError:  # a precision this version doesn't name ("fp32 (every node pinned...)")
+        return None
+    if precision == "fp32":
+        return None
+    measured = rounding_error(ref.graph, feeds, precision)
+    return None if measured is None else {n: measured.allowance(n) for n in measured.errors}
 
 
 def _plan(ref: Opened, cand: Opened, tolerance: float) -> LocatePlan | None:

@@ -65,3 +65,15 @@ def test_a_graph_that_fp16_rounding_ruins_keeps_the_nodes_it_needs_in_float32(tm
     stage = next(s for s in result.report.stages if s.stage == "backend")
     out = stage.outputs[0]
     assert out.scale > 1e-3 and out.max_abs <= MAX_SHARE * out.scale
+
+
+def test_compare_holds_a_package_to_the_same_rounding_floor_as_its_conversion(tmp_path: Path):
+    """`unframe compare model.onnx model.mlpackage` agrees with the conversion's own parity: the
+    package passes, with the floor measured on the ONNX side."""
+    path = tmp_path / "cancel.onnx"
+    onnx.save(_cancelling(0.02), path)
+    feeds = {"x": np.random.default_rng(0).standard_normal((2, 8)).astype(np.float32)}
+    unframe.convert(str(path), to="coreml", output=str(tmp_path / "m.mlpackage"), sample_inputs=feeds)
+    result = unframe.compare(str(path), str(tmp_path / "m.mlpackage"), sample_inputs=feeds)
+    out = result.parity.outputs[0]
+    assert result and out.rounding > 0 and out.max_abs > 0.02 + 0.02 * out.scale
