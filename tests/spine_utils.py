@@ -30,3 +30,21 @@ def mlp_model(opset: int = 13, *, batch: str | int = "N", seed: int = 0) -> onnx
 def snapshot(folder: Path) -> dict[str, bytes]:
     """Every file under a folder with its bytes: to prove nothing was written or changed."""
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def cancelling_difference(seed: int = 4) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """y = p - q with p = relu(x) @ a, q = relu(x) @ (1.005 a): p, q ~ 1000 and y ~ 5, so fp16
+    rounding of p, q, their weights or the Sub moves y by ~0.5 while the Relu is harmless (the
+    16-bit rounding planner's test model), with its inputs."""
+    rng = np.random.default_rng(seed)
+    a = np.abs(rng.standard_normal((16, 4))).astype(np.float32) * 60
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+         helper.make_node("MatMul", ["r", "a"], ["p"], name="p"),
+         helper.make_node("MatMul", ["r", "b"], ["q"], name="q"),
+         helper.make_node("Sub", ["p", "q"], ["y"], name="sub")], "cancel",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])],
+        [numpy_helper.from_array(a, "a"), numpy_helper.from_array((a * 1.005).astype(np.float32), "b")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
+    return model, {"x": np.abs(rng.standard_normal((2, 16))).astype(np.float32)}

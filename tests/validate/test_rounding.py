@@ -8,6 +8,7 @@ import numpy as np
 import onnx_ir as ir
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+from spine_utils import cancelling_difference
 
 from unframe.validate.compare import compare
 from unframe.validate.rounding import MAX_SHARE, WIDEN, RoundingError, _round, plan_keep_fp32, rounding_error
@@ -90,19 +91,9 @@ def test_the_planner_keeps_the_nodes_whose_rounding_cancellation_magnifies():
     """y = p - q with p, q ~ 1000 and y ~ 5: rounding p or q (or their weights) to fp16 moves y
     by ~0.5, and so does a Sub that reads them in 16 bits; the Relu before them is harmless. The
     plan keeps exactly those three."""
-    rng = np.random.default_rng(4)
-    a = np.abs(rng.standard_normal((16, 4))).astype(np.float32) * 60
-    graph = helper.make_graph(
-        [helper.make_node("Relu", ["x"], ["r"], name="relu"),
-         helper.make_node("MatMul", ["r", "a"], ["p"], name="p"),
-         helper.make_node("MatMul", ["r", "b"], ["q"], name="q"),
-         helper.make_node("Sub", ["p", "q"], ["y"], name="sub")], "cancel",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 16])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])],
-        [numpy_helper.from_array(a, "a"), numpy_helper.from_array((a * 1.005).astype(np.float32), "b")])
-    model = ir.serde.deserialize_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
-                                                         ir_version=9))
-    feeds = [{"x": np.abs(rng.standard_normal((2, 16))).astype(np.float32)}]
+    proto, feed = cancelling_difference()
+    model = ir.serde.deserialize_model(proto)
+    feeds = [feed]
     plan = plan_keep_fp32(model, feeds, "fp16", lambda _n, scale: 0.01 * scale)
     assert plan is not None and plan.before > 1.0 >= plan.after
     assert plan.kept == ["p", "q", "sub"] and plan.positions == [1, 2, 3]

@@ -13,6 +13,7 @@ import onnx_ir as ir
 import pytest
 from click.testing import CliRunner
 from onnx import TensorProto, helper, numpy_helper
+from spine_utils import cancelling_difference
 
 import unframe
 from unframe.cli.main import cli
@@ -102,19 +103,9 @@ def test_the_planner_keeps_a_cancelling_difference_in_float32(tmp_path: Path, pr
     """y = p - q with p, q ~ 1000 and y ~ 5: in fp16 the difference is mostly noise. The planner
     keeps what it takes to bring rounding within parity's allowance (the Sub and a product) in
     float32, named in the notes, and the fp16 graph matches."""
-    rng = np.random.default_rng(4)
-    a = np.abs(rng.standard_normal((16, 4))).astype(np.float32) * 60
-    graph = helper.make_graph(
-        [helper.make_node("Relu", ["x"], ["r"], name="relu"),
-         helper.make_node("MatMul", ["r", "a"], ["p"], name="p"),
-         helper.make_node("MatMul", ["r", "b"], ["q"], name="q"),
-         helper.make_node("Sub", ["p", "q"], ["y"], name="sub")], "cancel",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 16])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])],
-        [numpy_helper.from_array(a, "a"), numpy_helper.from_array((a * 1.005).astype(np.float32), "b")])
+    proto, feeds = cancelling_difference()
     src = tmp_path / "cancel.onnx"
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9), src)
-    feeds = {"x": np.abs(rng.standard_normal((2, 16))).astype(np.float32)}
+    onnx.save(proto, src)
     result = unframe.convert(str(src), to="onnx", output=str(tmp_path / "half.onnx"), precision=precision,
                              sample_inputs=feeds)
     note = next(n for n in result.flow.notes if "kept in float32" in n)
