@@ -110,6 +110,15 @@ def test_max_memory_option_is_validated(tmp_path: Path):
     assert result.exit_code == 2 and "bad size 'lots'" in result.stderr
 
 
+def test_a_shape_no_array_can_have_is_refused_even_when_empty():
+    """[2^63 - 1, 0, 5] holds no element, but numpy refuses the shape (found by the tensorrt
+    campaign: a ValueError from numpy while drawing parity inputs)."""
+    with pytest.raises(InputError, match="dimensions no array can have"):
+        limits.check_array((2**63 - 1, 0, 5), np.float32, "a")
+    limits.check_array((2**40, 0, 5), np.float32, "a")  # numpy takes this one: so do we
+    assert np.zeros((2**40, 0, 5), np.float32).size == 0
+
+
 def test_check_alloc_counts_exact_bytes():
     with limits.memory_budget(1000):
         limits.check_array((10, 25), np.float32, "a")  # exactly 1000 bytes: allowed

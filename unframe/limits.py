@@ -149,6 +149,12 @@ def check_array(shape: Iterable[Any], dtype: Any, what: str, hint: str = "") -> 
     if any(int(d) < 0 for d in shape):
         raise InputError(f"{what} has a negative dimension {list(shape)}", "the model is broken; re-export it")
     itemsize = np.dtype(dtype).itemsize if np.dtype(dtype).kind != "O" else 64
+    spanned = itemsize  # numpy refuses a shape whose non-zero dims overflow, even with a 0 dim
+    for d in shape:
+        spanned *= max(int(d), 1)
+    if spanned > np.iinfo(np.intp).max:
+        raise InputError(f"{what} has dimensions no array can have {list(shape)[:8]}",
+                         "the model is broken; re-export it or give the input real dimensions")
     check_alloc(shape_bytes(shape, itemsize), f"{what} (shape {_short_shape(shape)})", hint)
 
 
