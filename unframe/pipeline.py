@@ -512,8 +512,6 @@ class BackendStage(Stage):
             shapes = _sample_shapes(flow)
             if shapes:
                 tgt.options["sample_shapes"] = shapes
-        if flow.validate and be.compute_precision(tgt) != "fp32" and flow.model is not None:
-            self._keep_fp32_where_needed(flow)
         blockers = be.check(flow.model, tgt)
         if blockers:
             raise UnsupportedError(f"the {be.name} backend can't take this model: {len(blockers)} "
@@ -522,9 +520,13 @@ class BackendStage(Stage):
         compared = be.changes_compute(tgt)  # not a plain ONNX artifact: checked against the graph
         if compared:
             flow.pin_runners()
+        self._convert(flow)
+
+    def _convert(self, flow: Flow) -> None:
+        be, tgt = self.backend, self.target
         near = self.output.parent if self.output is not None else None
         flow.artifact = be.convert(flow.model, tgt, flow.work_dir(near))
-        if not flow.validate or not compared:
+        if not flow.validate or not be.changes_compute(tgt):
             return
         try:
             flow.candidate = be.runner(flow.artifact, tgt)
@@ -552,60 +554,54 @@ class BackendStage(Stage):
     def compare_options(self, flow: Flow) -> dict[str, Any]:
         options = {**super().compare_options(flow),
                    "default_fn": lambda dt: self.backend.tolerance(dt, self.target)}
-        floors = self._rounding_floors(flow)
-        if floors:
-            options["floors"] = floors
+        measured = self._rounding[1] if self._rounding is not None and self._rounding[0] is flow.feeds else None
+        if measured is not None:
+            options["floors"] = {n: measured.allowance(n) for n in measured.errors}
         return options
 
-    def _keep_fp32_where_needed(self, flow: Flow) -> None:
-        """A graph that 16-bit rounding alone moves past what parity can allow (a tenth of an
-        output's scale, or an overflow): mark the nodes that must stay in float32
-        (``unframe.validate.rounding.plan_keep_fp32``), which the backend honours, and say so."""
+    def recover(self, flow: Flow, candidate: Runner) -> Runner | None:
+        """After this stage's parity failed: for a 16-bit artifact, measure what 16-bit rounding
+        alone moves the float32 graph's outputs by (``unframe.validate.rounding``), which raises
+        the parity's atol; where rounding alone goes past what parity may allow (a tenth of an
+        output's scale, or an overflow), keep the nodes responsible in float32 (the bisection of
+        ``plan_keep_fp32``; the backend honours the marks) and convert again. Returns the runner
+        (``candidate``, or the new artifact's) to compare again, or None when there is nothing to
+        retry. Conversions that pass at the
+        backend's own tolerance never pay for any of it."""
         from unframe.passes import KEEP_FP32
         from unframe.validate.rounding import MAX_SHARE, WIDEN, plan_keep_fp32, rounding_error
 
-        precision = self.backend.compute_precision(self.target)
+        be, tgt = self.backend, self.target
+        precision = be.compute_precision(tgt)
+        if precision == "fp32" or flow.model is None or self._rounding is not None:
+            return None  # a float32 artifact, or already retried
         feeds = flow.feeds
         measured = rounding_error(flow.model, feeds, precision)
         self._rounding = (feeds, measured)
-        if measured is None or not any(n in measured.nonfinite or WIDEN * e > MAX_SHARE * measured.scales[n]
-                                       for n, e in measured.errors.items()):
-            return
-        plan = plan_keep_fp32(flow.model, feeds, precision, lambda _name, scale: MAX_SHARE * scale / WIDEN)
-        if plan is None or not plan.kept:
-            return
-        nodes = list(flow.model.graph)
-        for position in plan.positions:
-            nodes[position].metadata_props[KEEP_FP32] = "1"
-        # measured again with the kept nodes, now: a backend may rewrite the graph in place (ONNX)
-        self._rounding = (feeds, rounding_error(flow.model, feeds, precision))
-        shown = ", ".join(plan.kept[:6]) + (f" +{len(plan.kept) - 6} more" if len(plan.kept) > 6 else "")
-        moved = "overflowed" if plan.before == float("inf") else \
-            f"moved an output {plan.before * MAX_SHARE / WIDEN:.2g} of its scale"
-        flow.notes.append(f"{len(plan.kept)} node(s) kept in float32 ({shown}): {precision} rounding alone "
-                          f"{moved}, "
-                          f"{plan.after * MAX_SHARE / WIDEN:.2g} with them (onnxruntime on a rounded copy)"
-                          + ("" if plan.enough else "; still too much: --precision fp32 computes all of it in float32"))
-
-    def _rounding_floors(self, flow: Flow) -> dict[str, float]:
-        """A 16-bit artifact: what 16-bit rounding alone moves each output of the graph by, on the
-        feeds being compared (onnxruntime on a rounded copy, ``unframe.validate.rounding``),
-        measured once per set of feeds."""
-        from unframe.validate.rounding import rounding_error
-
-        precision = self.backend.compute_precision(self.target)
-        if precision == "fp32" or flow.model is None:
-            return {}
-        feeds = flow.feeds
-        if self._rounding is None or self._rounding[0] is not feeds:
-            measured = rounding_error(flow.model, feeds, precision)
-            self._rounding = (feeds, measured)
-            if measured is not None and measured.nonfinite:
-                flow.notes.append(f"{precision} rounding alone overflows output(s) "
-                                  f"{', '.join(measured.nonfinite)} of the graph (onnxruntime on a "
-                                  "rounded copy): compute in fp32 (--precision fp32)")
-        measured = self._rounding[1]
-        return {} if measured is None else {n: measured.allowance(n) for n in measured.errors}
+        if measured is None:
+            return None
+        runner = candidate
+        if any(n in measured.nonfinite or WIDEN * e > MAX_SHARE * measured.scales[n]
+               for n, e in measured.errors.items()):
+            plan = plan_keep_fp32(flow.model, feeds, precision, lambda _name, scale: MAX_SHARE * scale / WIDEN)
+            if plan is not None and plan.kept:
+                nodes = list(flow.model.graph)
+                for position in plan.positions:
+                    nodes[position].metadata_props[KEEP_FP32] = "1"
+                self._rounding = (feeds, rounding_error(flow.model, feeds, precision))
+                shown = ", ".join(plan.kept[:6]) + (f" +{len(plan.kept) - 6} more" if len(plan.kept) > 6 else "")
+                moved = "overflowed" if plan.before == float("inf") else \
+                    f"moved an output {plan.before * MAX_SHARE / WIDEN:.2g} of its scale"
+                flow.notes.append(
+                    f"{len(plan.kept)} node(s) kept in float32 ({shown}): {precision} rounding alone {moved}, "
+                    f"{plan.after * MAX_SHARE / WIDEN:.2g} with them (onnxruntime on a rounded copy); converted again"
+                    + ("" if plan.enough else "; still too much: --precision fp32 computes all of it in float32"))
+                self._convert(flow)
+                runner, flow.candidate = flow.candidate, None
+        elif measured.nonfinite:
+            flow.notes.append(f"{precision} rounding alone overflows output(s) {', '.join(measured.nonfinite)} "
+                              "of the graph (onnxruntime on a rounded copy): compute in fp32 (--precision fp32)")
+        return runner
 
     def decode_steps(self, flow: Flow) -> int:
         return self.backend.decode_steps(self.target)
@@ -644,6 +640,11 @@ class ParityStage(Stage):
             flow.reference = candidate
             return
         result = self._compare(flow, ref, candidate, flow.feeds)
+        if not result and isinstance(self.checks, BackendStage):
+            retry = self.checks.recover(flow, candidate)  # a 16-bit artifact: its rounding floor
+            if retry is not None:
+                candidate = retry
+                result = self._compare(flow, ref, candidate, flow.feeds)
         if result and result.weak and not flow.redrawn:
             result = self._redraw(flow, ref, candidate, result)
         if not result and flow.settings.locate:

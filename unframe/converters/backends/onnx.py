@@ -70,7 +70,8 @@ class OnnxBackend(Backend):
             from unframe.passes.precision import lower_precision, range_analysis, schema_supports
 
             overflow, notes = range_analysis(model, precision)
-            lower_precision(model, precision, keep_values=overflow, supports=schema_supports)
+            # a copy: the float32 graph stays the route's model (the rounding planner reads it)
+            model = lower_precision(model.clone(), precision, keep_values=overflow, supports=schema_supports)
             kept = sum(keeps_fp32(n) for n in model.graph)
             notes.append(f"{precision} compute set in the graph where onnx's schemas allow it; inputs and "
                          "outputs keep their types; softmax, norms, reductions, exp/log/pow"
