@@ -14,6 +14,7 @@ import numpy as np
 
 from unframe.converters.backends.coreml.mil_eval._ct import import_coremltools
 from unframe.converters.backends.coreml.mil_eval.evaluator import evaluate, numpy_dtype
+from unframe.converters.backends.coreml.mil_eval.registry import KernelError
 from unframe.errors import InputError
 from unframe.validate.runner import Runner, TensorSpec
 
@@ -99,6 +100,7 @@ class MILRunner(Runner):
     def __init__(self, source: str | Path | Any, function: str = "main", *, vouched: bool = False) -> None:
         """``vouched``: ``source`` is a package unframe just wrote (not probed in a child first)."""
         self.program = load_program(source, vouched=vouched)
+        self.vouched = vouched
         ct = _coremltools()
         self.source = source
         self.function = function
@@ -120,7 +122,16 @@ class MILRunner(Runner):
         return [var.name for var in self._function.outputs]
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        return evaluate(self.program, dict(feeds), self.function, record=self.ops_evaluated)
+        try:
+            return evaluate(self.program, dict(feeds), self.function, record=self.ops_evaluated)
+        except KernelError as exc:
+            if self.vouched:  # a program unframe wrote: the evaluator's own failure
+                raise
+            # a foreign package whose op values contradict each other (a softmax axis that is
+            # an array, found by the mil_eval campaign): the package's problem, said as such
+            raise InputError(f"{_describe(self.source)}: its program can't be evaluated ({exc})",
+                             "the package is malformed, or uses an op in a way the MIL evaluator "
+                             "doesn't take; re-export it, or report it") from exc
 
 
 def _shape(var: Any) -> tuple[int | str | None, ...] | None:
