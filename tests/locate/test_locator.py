@@ -167,9 +167,11 @@ def test_wrong_coreml_translator_is_named(tmp_path: Path) -> None:
     assert not (tmp_path / "m.mlpackage").exists()
 
 
-def test_fp16_overflow_is_located(tmp_path: Path) -> None:
+def test_fp16_overflow_is_located(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """h = x @ W reaches ~1e5 > fp16's 65504: CoreML's fp16 compute makes it inf, and every value
-    after it; the locator names the MatMul, not the later nodes that inherit the inf."""
+    after it; the locator names the MatMul, not the later nodes that inherit the inf. (By default
+    the rounding planner keeps that MatMul in float32 and the model converts: the last assertions;
+    with the planner allowed no node, the failure and the locator's answer are as before.)"""
     pytest.importorskip("coremltools", reason="needs the coreml extra (coremltools)")
     inits = [numpy_helper.from_array(np.full((8, 6), 2.0e4, np.float32) * np.sign(_w(8, 6)), "w"),
              numpy_helper.from_array(np.array(1e-4, np.float32), "k"),
@@ -188,15 +190,23 @@ def test_fp16_overflow_is_located(tmp_path: Path) -> None:
     ref = _ort(src, feeds)
     _order_one(ref)
     np.savez(tmp_path / "x.npz", **feeds)
-    with pytest.raises(ParityError) as info:
-        unframe.convert(src, to="coreml", sample_inputs=tmp_path / "x.npz",
-                        output=tmp_path / "o.mlpackage")
+    from unframe.validate import rounding
+
+    with monkeypatch.context() as patch:
+        patch.setattr(rounding, "MAX_KEEP", 0)
+        with pytest.raises(ParityError) as info:
+            unframe.convert(src, to="coreml", sample_inputs=tmp_path / "x.npz",
+                            output=tmp_path / "o.mlpackage")
     d = info.value.divergence
     assert d and d.stage == "backend"
     assert (d.node, d.op_type) == ("wide", "MatMul")
     assert math.isinf(d.error) and any("non-finite" in n for n in d.notes)
     # with fp32 compute it converts: the overflow, not the translation, was the fault
     assert unframe.convert(src, to="coreml", precision="fp32", sample_inputs=tmp_path / "x.npz").report
+    # and by default the planner finds it: the MatMul stays in float32, the rest is fp16
+    planned = unframe.convert(src, to="coreml", sample_inputs=tmp_path / "x.npz")
+    note = next(n for n in planned.flow.notes if "kept in float32" in n)
+    assert "(wide" in note and "overflowed" in note and planned.report
 
 
 # --------------------------------------------------------------------- unframe compare ------
