@@ -82,17 +82,8 @@ def settle_torch(model: Any, samples: Any, target: float = 3.0) -> Any:
     first output's scale is outside ``ORDER_ONE``, the layer that computes it (the last Linear or
     Conv whose output has that shape, else the last one called) is rescaled towards ``target``."""
     import torch
-    from torch import nn
 
-    norms = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
-    if norms:
-        for m in norms:
-            m.reset_running_stats()
-            m.momentum = None  # a cumulative average over the calls below
-            m.train()
-        _call_torch(model, _calibration_batch(samples))
-        for m in norms:
-            m.eval()
+    calibrate_batchnorm(model, _calibration_batch(samples))
     for _ in range(4):
         outs, called = _call_with_layers(model, samples)
         first = next(o for o in outs if o.is_floating_point() and o.numel() > 1)
@@ -105,6 +96,26 @@ def settle_torch(model: Any, samples: Any, target: float = 3.0) -> Any:
             for p in layer.parameters(recurse=False):
                 p.mul_(target / max(scale, 1e-6))
     return model.eval()
+
+
+def calibrate_batchnorm(model: Any, samples: Any) -> None:
+    """BatchNorm running statistics measured on ``samples`` in one call (the rest of the model
+    stays in eval mode): a fresh init keeps mean 0 and variance 1, so deep CNNs shrink or blow up
+    their activations in eval mode, and a detector's head then sees dead features whose class
+    scores tie exactly."""
+    from torch import nn
+
+    norms = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+    if not norms:
+        return
+    model.eval()
+    for m in norms:
+        m.reset_running_stats()
+        m.momentum = None  # a cumulative average
+        m.train()
+    _call_torch(model, samples)
+    for m in norms:
+        m.eval()
 
 
 CALIBRATION_IMAGES = 32
@@ -484,13 +495,16 @@ for _name in ("deeplabv3_mobilenet_v3_large", "lraspp_mobilenet_v3_large", "fcn_
 
 def _tv_detection(factory: str, size: int, **kwargs: Any) -> tuple[Any, Any]:
     """A detector with few candidates kept (random weights give many near-equal scores, whose
-    order is arbitrary) and class logits of unit spread, so the scores spread."""
+    order is arbitrary), BatchNorm statistics measured on 8 seeded images and class logits of
+    unit spread, so the scores spread (SSDLite's tied exactly before: dead features)."""
     import torch
     tv = _tv()
     torch.manual_seed(0)
     model = getattr(tv.models.detection, factory)(weights=None, weights_backbone=None, num_classes=3, **kwargs)
     perturb_torch(model, scale=0.3)
     image = torch.rand(3, size, size, generator=torch.Generator().manual_seed(2))
+    gen = torch.Generator().manual_seed(11)
+    calibrate_batchnorm(model, ([image, *(torch.rand(3, size, size, generator=gen) for _ in range(7))],))
     _spread_scores(model, [image])
     return model.eval(), ([image],)
 
