@@ -559,15 +559,18 @@ class BackendStage(Stage):
             options["floors"] = {n: measured.allowance(n) for n in measured.errors}
         return options
 
-    def recover(self, flow: Flow, candidate: Runner) -> Runner | None:
+    def recover(self, flow: Flow, candidate: Runner | None) -> Runner | None:
         """After this stage's parity failed: for a 16-bit artifact, measure what 16-bit rounding
         alone moves the float32 graph's outputs by (``unframe.validate.rounding``), which raises
         the parity's atol; where rounding alone goes past what parity may allow (a tenth of an
         output's scale, or an overflow), keep the nodes responsible in float32 (the bisection of
         ``plan_keep_fp32``; the backend honours the marks) and convert again. Returns the runner
         (``candidate``, or the new artifact's) to compare again, or None when there is nothing to
-        retry. Conversions that pass at the
-        backend's own tolerance never pay for any of it."""
+        retry. Conversions that pass at the backend's own tolerance never pay for any of it.
+
+        ``candidate`` None: the artifact can't be run here (a TensorRT engine without a GPU), so
+        the rounding emulation is the only check: the plan is made all the same, and the note
+        says it was predicted, not measured on the engine."""
         from unframe.passes import KEEP_FP32
         from unframe.validate.rounding import MAX_SHARE, WIDEN, plan_keep_fp32, rounding_error
 
@@ -595,6 +598,7 @@ class BackendStage(Stage):
                 flow.notes.append(
                     f"{len(plan.kept)} node(s) kept in float32 ({shown}): {precision} rounding alone {moved}, "
                     f"{plan.after * MAX_SHARE / WIDEN:.2g} with them (onnxruntime on a rounded copy); converted again"
+                    + ("" if candidate is not None else " (predicted by that emulation: the artifact can't run here)")
                     + ("" if plan.enough else "; still too much: --precision fp32 computes all of it in float32"))
                 self._convert(flow)
                 runner, flow.candidate = flow.candidate, None
@@ -633,6 +637,8 @@ class ParityStage(Stage):
             return  # the stage changed nothing
         ref = flow.reference
         if isinstance(candidate, Unavailable):
+            if isinstance(self.checks, BackendStage):  # a 16-bit engine no one can run here
+                self.checks.recover(flow, None)
             flow.record(StageParity.skipped(self.checks.kind, ref.name if ref else "?",
                                             candidate.candidate, candidate.reason))
             return

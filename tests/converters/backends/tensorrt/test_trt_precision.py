@@ -8,7 +8,7 @@ import onnx
 import onnx_ir as ir
 import pytest
 from onnx import helper
-from trt_models import cnn_model, const, make_model, ort_run, torch_model, vi
+from trt_models import cnn_model, const, make_model, ort_run, torch_model, trt_or_skip, vi
 
 from unframe.converters.backends.tensorrt.prepare import prepare
 from unframe.converters.backends.tensorrt.table import supports_low
@@ -161,3 +161,32 @@ def test_range_analysis_keeps_what_overflows_fp16_in_fp32_and_names_it():
     assert ir.DataType.FLOAT16 in input_dtypes(lowered, "Add")  # the rest still goes low
     np.testing.assert_allclose(ort_run(lowered, {"x": x})["y"], ref, atol=1e-2, rtol=1e-2)
     assert overflowing_values(model, "bf16", [{"x": x}]) == {}  # bf16 has fp32's range
+
+
+def test_without_a_gpu_the_fp16_keep_list_is_planned_on_the_rounding_emulation(tmp_path):
+    """An fp16 engine that can't run here: onnxruntime's rounding emulation predicts the cancelling
+    difference, the planner marks the nodes, the engine is built again with them in float32 (the
+    lowered graph says so) and the note says it was predicted, not measured."""
+    trt_or_skip()
+    import onnx
+    from spine_utils import cancelling_difference
+
+    import unframe
+    from unframe.passes import keeps_fp32
+
+    proto, feeds = cancelling_difference()
+    src = tmp_path / "cancel.onnx"
+    onnx.save(proto, src)
+    result = unframe.convert(str(src), to="tensorrt", precision="fp16", sample_inputs=feeds,
+                             output=str(tmp_path / "m.engine"), builder_optimization_level=0)
+    backend = next(s for s in result.report.stages if s.stage == "backend")
+    if backend.status != "skipped":
+        pytest.skip("a GPU ran the engine: the plan is then made on a failed comparison, if any")
+    note = next(n for n in result.flow.notes if "kept in float32" in n)
+    assert "predicted by that emulation" in note
+    kept = {n.name for n in result.flow.model.graph if keeps_fp32(n)}
+    assert "sub" in kept and kept <= {"p", "q", "sub"}
+    lowered = lower_precision(result.flow.model.clone(), "fp16", supports=supports_low)
+    by_name = {n.name: n for n in lowered.graph}
+    assert all(by_name[k].outputs[0].dtype != ir.DataType.FLOAT16 for k in kept)
+    assert by_name["relu"].outputs[0].dtype == ir.DataType.FLOAT16
