@@ -323,3 +323,19 @@ def test_a_function_call_may_not_omit_an_input_its_body_needs(tmp_path: Path):
     _refused(result, tmp_path, before, "calls function 'f' without its input 'i2', which the function's Max needs")
     ok, _ = _convert(tmp_path, model(["i0", "i1"]))
     assert ok.exit_code == 0, ok.output
+
+
+@pytest.mark.parametrize(("heads", "words"), [
+    ({"q_num_heads": 3, "kv_num_heads": 2**32}, "kv_num_heads=4294967296, which no model has"),
+    ({"q_num_heads": 3, "kv_num_heads": 2}, "q_num_heads=3, not a multiple of kv_num_heads=2"),
+])
+def test_attention_head_counts_are_checked_at_load(tmp_path: Path, heads: dict[str, int], words: str):
+    """Found by the opset campaign: an Attention whose kv_num_heads is 2^32 killed the process in
+    onnxruntime with SIGFPE (a 32-bit division by zero)."""
+    graph = helper.make_graph(
+        [helper.make_node("Attention", ["q", "k", "v"], ["y"], **heads)], "g",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2, 4, 24]) for n in ("q", "k", "v")],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23)], ir_version=10)
+    result, before = _convert(tmp_path, model)
+    _refused(result, tmp_path, before, words)

@@ -627,6 +627,25 @@ def _check_attributes(node: onnx.NodeProto, sig: _Signature, where: str, in_func
                          "the model is broken; re-export it")
     if node.op_type == "Einsum" and not (in_function and any(a.ref_attr_name for a in node.attribute)):
         _check_einsum(node, where)
+    _check_head_counts(node, where)
+
+
+# attention head counts: onnxruntime reads them as 32-bit ints and divides by them (Attention with
+# kv_num_heads = 2**32 killed the process with SIGFPE, found by the opset campaign)
+_HEAD_COUNTS = ("num_heads", "q_num_heads", "kv_num_heads")
+
+
+def _check_head_counts(node: onnx.NodeProto, where: str) -> None:
+    for a in node.attribute:
+        if a.name in _HEAD_COUNTS and a.type == onnx.AttributeProto.INT and not a.ref_attr_name \
+                and not 0 <= a.i < 2**31:
+            raise InputError(f"{where}: {_label(node)} has {a.name}={a.i}, which no model has",
+                             "the model is broken; re-export it")
+    heads = {a.name: a.i for a in node.attribute if a.name in _HEAD_COUNTS and a.type == onnx.AttributeProto.INT}
+    q, kv = heads.get("q_num_heads", 0), heads.get("kv_num_heads", 0)
+    if q and kv and q % kv:
+        raise InputError(f"{where}: {_label(node)} has q_num_heads={q}, not a multiple of kv_num_heads={kv}",
+                         "the model is broken; re-export it")
 
 
 # Einsum's notation: comma-separated terms of letters and at most one ellipsis each, then
