@@ -272,6 +272,12 @@ class Stage:
         return {"exact": export.exact_outputs if export else (),
                 "defaults": export.tolerances if export else None}
 
+    def recover(self, flow: Flow, candidate: Runner | None) -> Runner | None:
+        """After this stage's parity failed: measure what the stage's own precision allows (a
+        floor for ``compare_options``) and return the runner to compare again; None when there
+        is nothing to retry (the default)."""
+        return None
+
     def decode_steps(self, flow: Flow) -> int:
         """Greedy tokens the parity stage after this one compares for a decoder."""
         from unframe.validate.generate import DEFAULT_STEPS
@@ -322,6 +328,7 @@ class ExportStage(Stage):
                          frontend.versions())
         self.frontend = frontend
         self.opset = opset
+        self._noise: tuple[Any, Any, str] | None = None  # (feeds, RoundingError, runner) once measured
 
     def run(self, flow: Flow) -> None:
         opts = flow.settings.convert_options(self.opset)
@@ -331,6 +338,33 @@ class ExportStage(Stage):
         flow.notes.extend(flow.export.notes)
         if flow.validate:
             flow.candidate = onnx_runner_of(flow.model, "the exported ONNX graph")
+
+    def compare_options(self, flow: Flow) -> dict[str, Any]:
+        options = super().compare_options(flow)
+        measured = self._noise[1] if self._noise is not None and self._noise[0] is flow.feeds else None
+        if measured is not None:
+            options["floors"] = {n: measured.allowance(n) for n in measured.errors}
+            options["floor_origin"] = f"the source's own float32 error ({self._noise[2]})"
+        return options
+
+    def recover(self, flow: Flow, candidate: Runner | None) -> Runner | None:
+        """After the export's parity failed at the default tolerance: run the source in float64
+        (where its frontend can) to measure what float32 alone moves its outputs by
+        (``unframe.validate.rounding.source_float32_error``); that raises the atol, and the
+        comparison runs again. Exports that pass never pay for it."""
+        from unframe.validate.rounding import source_float32_error
+
+        if self._noise is not None or flow.export is None or flow.reference is None or candidate is None:
+            return None
+        precise = self.frontend.precise_runner(flow.native, flow.export)
+        if precise is None:
+            return None
+        feeds = flow.feeds
+        measured = source_float32_error(flow.reference, precise, feeds)
+        self._noise = (feeds, measured, precise.name)
+        if measured is None or not any(measured.allowance(n) for n in measured.errors):
+            return None
+        return candidate
 
     def locate_plan(self, flow: Flow, tolerance: float) -> Any:
         from unframe.locate import LocatePlan
@@ -646,8 +680,8 @@ class ParityStage(Stage):
             flow.reference = candidate
             return
         result = self._compare(flow, ref, candidate, flow.feeds)
-        if not result and isinstance(self.checks, BackendStage):
-            retry = self.checks.recover(flow, candidate)  # a 16-bit artifact: its rounding floor
+        if not result:  # the stage's own precision: a rounding floor (16-bit, or the source's float32)
+            retry = self.checks.recover(flow, candidate)
             if retry is not None:
                 candidate = retry
                 result = self._compare(flow, ref, candidate, flow.feeds)

@@ -194,6 +194,13 @@ class Frontend(_Component):
         """A runner of the source framework taking feeds and returning outputs by ONNX names
         (``export`` is None for a frontend that doesn't export)."""
 
+    def precise_runner(self, native: Any, export: ExportResult) -> Runner | None:
+        """The source model run in float64, same feeds and output names as ``runner``: what
+        float32 alone costs the source, the export parity's floor when it fails at the default
+        tolerance (``unframe.validate.rounding.source_float32_error``). None where the
+        framework can't (the default)."""
+        return None
+
     def tap(self, native: Any, export: ExportResult) -> Any:
         """A tap (``unframe.locate.taps.Tap``) giving the source framework's intermediate values
         under the ONNX names they became, for the divergence locator; None when it has none."""

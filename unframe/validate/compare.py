@@ -23,6 +23,7 @@ PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
 # atol of zero passes (random-init networks give 1e-10..1e-13, or exactly 0).
 NEAR_ZERO = {"float16": 1e-3, "bfloat16": 1e-2}
 NEAR_ZERO_DEFAULT = 1e-6
+ROUNDING_16 = "the graph's own 16-bit rounding error (onnxruntime)"
 
 
 @dataclass
@@ -38,7 +39,8 @@ class OutputParity:
     atol: float = 0.0
     rtol: float = 0.0
     of_scale: bool = False  # rtol multiplies the output's scale (16-bit compute), see tolerances
-    rounding: float = 0.0  # the atol floor from 16-bit rounding alone (validate.rounding), 0 if none
+    rounding: float = 0.0  # the atol floor from rounding alone (validate.rounding), 0 if none
+    rounding_origin: str = ROUNDING_16  # what measured that floor, for the report
     mismatched: int = 0
     total: int = 0
     passed: bool = True
@@ -119,9 +121,9 @@ class StageParity:
                 f"{self.scale:.3g})")
         if any(o.of_scale for o in self.outputs):
             text += ", rtol of the output scale (16-bit compute)"
-        rounding = max((o.rounding for o in self.outputs), default=0.0)
-        if rounding:
-            text += f", atol {rounding:.2g} from the graph's own 16-bit rounding error (onnxruntime)"
+        floored = max(self.outputs, key=lambda o: o.rounding, default=None)
+        if floored is not None and floored.rounding:
+            text += f", atol {floored.rounding:.2g} from {floored.rounding_origin}"
         if self.top1 is not None:
             text += f", top-1 agrees on {self.top1:.0%}"
         if self.generation is not None:
@@ -178,15 +180,17 @@ class ParityReport:
 def compare(ref: Runner, out: Runner, feeds: Mapping[str, np.ndarray] | Sequence[Mapping[str, np.ndarray]],
             atol: tolerances.Override = None, rtol: tolerances.Override = None, *, stage: str = "",
             exact: Sequence[str] = (), defaults: Mapping[str, tuple[float, float]] | None = None,
-            default_fn: Any = None, floors: Mapping[str, float] | None = None) -> StageParity:
+            default_fn: Any = None, floors: Mapping[str, float] | None = None,
+            floor_origin: str = ROUNDING_16) -> StageParity:
     """Run ``ref`` and ``out`` on each feed dict and compare every output.
 
     ``atol``/``rtol`` override the per-dtype defaults (a float for all outputs, or a mapping by
     output name). ``exact`` names outputs that must match exactly (e.g. class labels).
     ``defaults`` gives per-output (atol, rtol) a stage knows it needs; ``default_fn(dtype)``
     gives a backend's per-dtype defaults (e.g. fp16 compute). ``floors`` raises the default atol
-    of an output to what 16-bit rounding alone moves it by (``unframe.validate.rounding``); a
-    user's atol still wins.
+    of an output to what rounding alone moves it by (16-bit rounding of the graph, or the
+    source's own float32 error: ``unframe.validate.rounding``), ``floor_origin`` says which for
+    the report; a user's atol still wins.
     """
     feed_list = [feeds] if isinstance(feeds, Mapping) else list(feeds)
     result = StageParity(stage or f"{ref.name} vs {out.name}", ref.name, out.name)
@@ -203,7 +207,7 @@ def compare(ref: Runner, out: Runner, feeds: Mapping[str, np.ndarray] | Sequence
             floor = (floors or {}).get(name, 0.0) if name not in exact else 0.0
             tol = _tolerance(name, a, b, atol, rtol, exact, defaults, default_fn, floor)
             op = compare_arrays(name, a, b, tol.atol, tol.rtol, of_scale=tol.of_scale, rounding=floor,
-                                atol_scales=tol.atol_scales)
+                                atol_scales=tol.atol_scales, rounding_origin=floor_origin)
             seen.setdefault(name, []).append(a)
             if name in merged:
                 merged[name].merge(op)
@@ -307,13 +311,16 @@ def _tolerance(name: str, a: np.ndarray, b: np.ndarray, atol: tolerances.Overrid
 
 
 def compare_arrays(name: str, ref: np.ndarray, out: np.ndarray, atol: float, rtol: float, *,
-                   of_scale: bool = False, rounding: float = 0.0, atol_scales: bool = False) -> OutputParity:
+                   of_scale: bool = False, rounding: float = 0.0, atol_scales: bool = False,
+                   rounding_origin: str = ROUNDING_16) -> OutputParity:
     """Element-wise comparison; ``of_scale``: rtol is relative to the output's scale (its largest
     finite |value|), not to each element (see ``unframe.validate.tolerances``); ``rounding``: the
-    16-bit rounding error the atol was raised to, for the report; ``atol_scales``: a default atol,
+    rounding error the atol was raised to and ``rounding_origin`` what measured it, for the
+    report; ``atol_scales``: a default atol,
     multiplied by max(1, the output's scale)."""
     res = OutputParity(name, list(ref.shape), list(out.shape), _dtype_name(ref), _dtype_name(out),
-                       atol=atol, rtol=rtol, of_scale=of_scale, rounding=rounding, total=int(ref.size))
+                       atol=atol, rtol=rtol, of_scale=of_scale, rounding=rounding,
+                       rounding_origin=rounding_origin, total=int(ref.size))
     if ref.shape != out.shape:
         if ref.size == out.size and ref.size <= 1:
             out = out.reshape(ref.shape)  # scalar vs [1]: same value, harmless
@@ -342,7 +349,7 @@ def compare_arrays(name: str, ref: np.ndarray, out: np.ndarray, atol: float, rto
         if atol_scales and res.scale > 1:
             scaled += f"; atol is the default times the output scale {res.scale:.3g}"
         if rounding and atol >= rounding:
-            scaled += f"; atol raised to {rounding:.3g} by the graph's own 16-bit rounding error"
+            scaled += f"; atol raised to {rounding:.3g} by {rounding_origin}"
         res.reason = (f"{res.mismatched} of {res.total} elements differ "
                       f"(max abs err {res.max_abs:.3g}, max rel err {res.max_rel:.3g}, "
                       f"atol {atol:g}, rtol {rtol:g}{scaled})")

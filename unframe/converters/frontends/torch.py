@@ -247,6 +247,12 @@ class TorchFrontend(Frontend):
         return TorchRunner(export.extra.get("module", native), export.extra["inputs"],
                            export.extra["output_names"], self.describe(native))
 
+    def precise_runner(self, native: Any, export: ExportResult) -> Runner | None:
+        from unframe.converters.frontends._torch.runner import float64_runner
+
+        return float64_runner(export.extra.get("module", native), export.extra["inputs"],
+                              export.extra["output_names"], self.describe(native))
+
     def tap(self, native: Any, export: ExportResult) -> Any:
         from unframe.locate.torch_tap import TorchTap
 

@@ -62,6 +62,7 @@ class TorchRunner(Runner):
         self._inputs = inputs
         self._outputs = outputs
         self._what = what
+        self.widen = False  # float feeds go in as float64 (a float64 copy of the model)
 
     def input_specs(self) -> list[TensorSpec]:
         return [TensorSpec(n, tuple(int(d) for d in t.shape), str(t.dtype).removeprefix("torch."))
@@ -72,7 +73,37 @@ class TorchRunner(Runner):
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
 
+        if self.widen:
+            feeds = {n: a.astype(np.float64) if a.dtype.kind == "f" else a
+                     for n, a in ((n, np.asarray(feeds[n])) for n in self._inputs.names)}
         tensors = {n: tensor_of(feeds[n], self._device) for n in self._inputs.names}
         args, kwargs = self._inputs.rebuild(tensors)
         outs = flat_outputs(run_model(self._fn, args, kwargs, self._what))
         return {n: numpy_of(t) for n, t in zip(self._outputs, outs, strict=True)}
+
+
+FLOAT64_MAX_WEIGHT_BYTES = 512 << 20  # a float64 copy holds the float32 weights twice over
+
+
+def float64_runner(native: Any, inputs: ModelInputs, outputs: list[str], what: str) -> Runner | None:
+    """A float64 copy of an ``nn.Module`` on the CPU as a runner (float feeds widened); None for
+    what can't be copied or widened that way (an ExportedProgram, TorchScript, a model past
+    ``FLOAT64_MAX_WEIGHT_BYTES``, one that deep-copying fails on). A module that casts to
+    float32 inside runs those parts in float32: its measured error is smaller, never larger."""
+    import copy
+
+    import torch
+
+    if not isinstance(native, torch.nn.Module) or isinstance(native, torch.jit.ScriptModule):
+        return None
+    tensors = [*native.parameters(), *native.buffers()]
+    if sum(t.numel() * t.element_size() for t in tensors if t.is_floating_point()) > FLOAT64_MAX_WEIGHT_BYTES:
+        return None
+    try:
+        wide = copy.deepcopy(native).to(device="cpu", dtype=torch.float64)
+    except Exception:  # noqa: BLE001 - a module deepcopy can't take: no floor
+        return None
+    runner = TorchRunner(wide, inputs, outputs, f"{what} in float64")
+    runner.name = f"torch {torch.__version__} eager, float64"
+    runner.widen = True
+    return runner
