@@ -643,6 +643,9 @@ def _check_head_counts(node: onnx.NodeProto, where: str) -> None:
                              "the model is broken; re-export it")
     heads = {a.name: a.i for a in node.attribute if a.name in _HEAD_COUNTS and a.type == onnx.AttributeProto.INT}
     q, kv = heads.get("q_num_heads", 0), heads.get("kv_num_heads", 0)
+    if bool(q) != bool(kv):  # onnxruntime divides one by the other (kv_num_heads = 0: SIGFPE)
+        raise InputError(f"{where}: {_label(node)} has q_num_heads={q} but kv_num_heads={kv}: "
+                         "3-D attention needs both", "the model is broken; re-export it")
     if q and kv and q % kv:
         raise InputError(f"{where}: {_label(node)} has q_num_heads={q}, not a multiple of kv_num_heads={kv}",
                          "the model is broken; re-export it")

@@ -214,15 +214,21 @@ _in_session: set[str] = set()  # children started inside a session: closed when 
 _depth = [0]
 
 
-def shared(name: str) -> Sandbox:
+def shared(name: str, *, keep: bool = False) -> Sandbox:
     """The child for ``name`` (e.g. "tensorrt"), started on first call. Inside a ``session``
-    it lives until the session ends; outside any, until the process exits."""
+    it lives until the session ends; outside any, or with ``keep`` (a child whose state the
+    caller manages itself, e.g. onnxruntime's sessions), until the process exits."""
     box = _children.get(name)
     if box is None:
         box = _children[name] = Sandbox(name)
-        if _depth[0]:
+        if _depth[0] and not keep:
             _in_session.add(name)
     return box
+
+
+def existing(name: str) -> Sandbox | None:
+    """The child for ``name`` if one was made (started or not), else None."""
+    return _children.get(name)
 
 
 def call(name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:

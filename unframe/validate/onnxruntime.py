@@ -3,17 +3,21 @@ graphs onnxruntime can't load (e.g. an opset newer than it supports)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
-from collections.abc import Mapping
+import uuid
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import onnx
 import onnx_ir as ir
 
+from unframe import sandbox
 from unframe.distributions import dist_version
+from unframe.errors import InputError, UnframeError
 from unframe.validate.runner import Runner, TensorSpec
 
 
@@ -98,36 +102,26 @@ def set_default_threads(threads: int | None) -> None:
 
 class OnnxRuntimeRunner(Runner):
     """onnxruntime on the CPU, graph optimizations limited to basic ones so that what runs is
-    the graph as written."""
+    the graph as written. Inside ``untrusted_graphs()`` the session lives in a child process
+    (``RemoteSession``): onnxruntime's kernels and graph loader are native code a hostile graph
+    can crash (SIGFPE, SIGSEGV), and a crash there is a typed error, not a dead unframe."""
 
     def __init__(self, model: Any, *, providers: list[str] | None = None,
                  optimization: str = "basic", threads: int | None = None) -> None:
-        import onnxruntime as ort
-
         self.name = f"onnxruntime {_version('onnxruntime')}"
         src = _ModelFile(model)
-        opts = ort.SessionOptions()
-        from unframe.quiet import debug_enabled
-
-        # 4 = fatal only: a refused model is reported through the exception (typed by the
-        # pipeline); onnxruntime's own log line would only add a second, colored error line
-        opts.log_severity_level = 3 if debug_enabled() else 4
-        opts.graph_optimization_level = {
-            "none": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
-            "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
-            "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
-        }[optimization]
-        threads = threads or _DEFAULT_THREADS[0]
-        if threads:
-            opts.intra_op_num_threads = threads
-            opts.inter_op_num_threads = 1
-            opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        config = SessionConfig(optimization, threads or _DEFAULT_THREADS[0],
+                               tuple(providers or ["CPUExecutionProvider"]))
+        self.remote: RemoteSession | None = None
+        if _untrusted[0]:
+            self.remote = RemoteSession(src, config)  # keeps ``src`` (a restarted child reopens it)
+            self._inputs, self._outputs = self.remote.inputs, self.remote.outputs
+            return
         try:
-            self.session = ort.InferenceSession(src.path or src.data, opts,
-                                                providers=providers or ["CPUExecutionProvider"])
+            self.session = config.session(src.path or src.data)
         finally:
             src.cleanup()
-        self._inputs = self.session.get_inputs()
+        self._inputs = [IOSpec(i.name, tuple(i.shape), i.type) for i in self.session.get_inputs()]
         self._outputs = [o.name for o in self.session.get_outputs()]
 
     def input_specs(self) -> list[TensorSpec]:
@@ -137,22 +131,184 @@ class OnnxRuntimeRunner(Runner):
         return list(self._outputs)
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        import onnxruntime as ort
-
         from unframe import limits
 
         wanted = {i.name for i in self._inputs}
-        options = ort.RunOptions()
-        timer = limits.cancel_after(lambda: setattr(options, "terminate", True))
-        try:
-            values = self.session.run(None, {k: v for k, v in feeds.items() if k in wanted}, options)
-        except Exception:
-            limits.raise_if_expired()  # cancelled by the parity time limit: say that, not ORT's words
-            raise
-        finally:
-            if timer is not None:
-                timer.cancel()
+        feeds = {k: v for k, v in feeds.items() if k in wanted}
+        if self.remote is not None:
+            values = self.remote.run(feeds)
+        else:
+            values = _run_session(self.session, feeds, limits.remaining())
         return {n: _plain(v) for n, v in zip(self._outputs, values, strict=True)}
+
+
+class IOSpec(NamedTuple):
+    """An onnxruntime input's name, shape and type string (picklable, unlike NodeArg)."""
+
+    name: str
+    shape: tuple[Any, ...]
+    type: str
+
+
+class SessionConfig(NamedTuple):
+    optimization: str
+    threads: int | None
+    providers: tuple[str, ...]
+
+    def session(self, model: str | bytes) -> Any:
+        import onnxruntime as ort
+
+        from unframe.quiet import debug_enabled
+
+        opts = ort.SessionOptions()
+        # 4 = fatal only: a refused model is reported through the exception (typed by the
+        # pipeline); onnxruntime's own log line would only add a second, colored error line
+        opts.log_severity_level = 3 if debug_enabled() else 4
+        opts.graph_optimization_level = {
+            "none": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+            "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+            "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+        }[self.optimization]
+        if self.threads:
+            opts.intra_op_num_threads = self.threads
+            opts.inter_op_num_threads = 1
+            opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        return ort.InferenceSession(model, opts, providers=list(self.providers))
+
+
+def _run_session(session: Any, feeds: Mapping[str, np.ndarray], seconds: float | None) -> list[Any]:
+    """``session.run`` under the current time limit (onnxruntime's own terminate flag)."""
+    import onnxruntime as ort
+
+    from unframe import limits
+
+    options = ort.RunOptions()
+    timer = limits.cancel_after(lambda: setattr(options, "terminate", True))
+    try:
+        return session.run(None, dict(feeds), options)
+    except Exception:
+        limits.raise_if_expired()  # cancelled by the parity time limit: say that, not ORT's words
+        raise
+    finally:
+        if timer is not None:
+            timer.cancel()
+
+
+# -------------------------------------------------------------------- graphs from outside ------
+SANDBOX = "onnxruntime"
+OPEN_SECONDS = 120.0  # session creation of a graph that takes longer is refused as a hang
+KEEP_BYTES = 256 << 20  # a serialized graph up to this size is kept to reopen it in a new child
+_untrusted = [0]
+
+
+@contextlib.contextmanager
+def untrusted_graphs() -> Iterator[None]:
+    """While inside, every onnxruntime session is made and run in the onnxruntime child process
+    (the ONNX frontend holds this for a conversion of a graph it loaded: a file, or a proto from
+    anywhere). The child outlives conversions (one onnxruntime import per process); its sessions
+    are dropped when the outermost block ends."""
+    _untrusted[0] += 1
+    try:
+        yield
+    finally:
+        _untrusted[0] -= 1
+        if not _untrusted[0]:
+            box = sandbox.existing(SANDBOX)
+            if box is not None and box.alive():
+                with contextlib.suppress(UnframeError, sandbox.SandboxedFailure):
+                    box.call(_child_forget, what="onnxruntime (dropping sessions)", timeout=30)
+
+
+class RemoteSession:
+    """An onnxruntime session in the ``SANDBOX`` child: opened there, run there; reopened when
+    the child was restarted (after a crash or a time limit) since it was opened."""
+
+    def __init__(self, src: _ModelFile, config: SessionConfig) -> None:
+        self.src: _ModelFile | None = src
+        self.config = config
+        self.key = uuid.uuid4().hex
+        self.generation = -1
+        self.inputs: list[IOSpec] = []
+        self.outputs: list[str] = []
+        self._open()
+
+    def _box(self) -> sandbox.Sandbox:
+        return sandbox.shared(SANDBOX, keep=True)
+
+    def _open(self) -> None:
+        box = self._box()
+        assert self.src is not None
+        reply = box.call(_child_open, self.key, self.src.path, self.src.data, self.config,
+                         what="onnxruntime loading the graph", timeout=OPEN_SECONDS, preload=_child_import,
+                         hint="the graph holds something onnxruntime can't take; check it with "
+                              "`unframe check`, or convert with --no-validate")
+        if isinstance(reply, str):  # onnxruntime refused the graph (an exception, not a crash)
+            raise RuntimeError(reply)
+        self.inputs, self.outputs = reply
+        self.generation = box.starts
+        if self.src.data is not None and len(self.src.data) > KEEP_BYTES:
+            self.src = None  # not held twice: a child restarted since can't reopen it (said so)
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> list[Any]:
+        from unframe import limits
+
+        box = self._box()
+        if not box.alive() or box.starts != self.generation:
+            if self.src is None:
+                raise InputError("onnxruntime's child process was restarted (a crash or a time limit "
+                                 "before) and the graph is too large to send it again",
+                                 "convert again; --no-validate converts without running the graph")
+            self._open()
+        seconds = limits.remaining()
+        try:
+            reply = box.call(_child_run, self.key, dict(feeds), seconds, what="onnxruntime running the graph",
+                             timeout=None if seconds is None else max(seconds, 0.0) + 5.0,
+                             hint="the graph or its inputs hold something onnxruntime can't take")
+        except UnframeError:
+            limits.raise_if_expired()  # the time limit stopped the child: say that
+            raise
+        if isinstance(reply, str):
+            limits.raise_if_expired()
+            raise RuntimeError(reply)
+        return reply
+
+
+def _child_import() -> None:
+    """(In the child, before the first timed call.)"""
+    import onnxruntime  # noqa: F401
+
+
+_SESSIONS: dict[str, Any] = {}  # (in the child) open sessions by key
+
+
+def _child_open(key: str, path: str | None, data: bytes | None, config: SessionConfig
+                ) -> tuple[list[IOSpec], list[str]] | str:
+    """(In the child.) Open a session; onnxruntime's refusal comes back as its message."""
+    try:
+        session = config.session(path or data)
+    except Exception as exc:  # noqa: BLE001 - the parent raises it as onnxruntime would
+        return f"{type(exc).__name__}: {exc}"
+    _SESSIONS[key] = session
+    return ([IOSpec(i.name, tuple(i.shape), i.type) for i in session.get_inputs()],
+            [o.name for o in session.get_outputs()])
+
+
+def _child_run(key: str, feeds: dict[str, np.ndarray], seconds: float | None) -> list[Any] | str:
+    """(In the child.) Run a session under ``seconds`` (onnxruntime's terminate flag)."""
+    from unframe import limits
+
+    try:
+        with limits.time_limit(seconds, "onnxruntime"):
+            return [_plain(v) for v in _run_session(_SESSIONS[key], feeds, seconds)]
+    except limits.TimeLimitExceeded:
+        return "onnxruntime ran past the time limit"
+    except Exception as exc:  # noqa: BLE001
+        return f"{type(exc).__name__}: {exc}"
+
+
+def _child_forget() -> None:
+    """(In the child.) Drop every session."""
+    _SESSIONS.clear()
 
 
 class ReferenceRunner(Runner):

@@ -1,7 +1,8 @@
 """ONNX in: a .onnx file, an ``onnx.ModelProto`` or an ``onnx_ir.Model``.
 
 Nothing to export; the model is loaded lazily (external data not read) and checked. Its runner
-is onnxruntime on the model as loaded, so that later stages are compared with the original.
+is onnxruntime on the model as loaded, so that later stages are compared with the original; for
+the whole run onnxruntime works in a child process (a hostile graph can crash its native code).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from unframe.converters.registry import register_frontend
 from unframe.distributions import dist_version
 from unframe.opset import main_opset
 from unframe.validate.inputs import generate_feeds
-from unframe.validate.onnxruntime import onnx_runner
+from unframe.validate.onnxruntime import onnx_runner, untrusted_graphs
 from unframe.validate.runner import Runner
 
 
@@ -46,6 +47,11 @@ class OnnxFrontend(Frontend):
         if isinstance(source, ir.Model):
             return source
         raise TypeError(f"not an ONNX model: {type(source).__name__}")
+
+    def preserve(self, source: Any) -> Any:
+        """For the whole run, onnxruntime works on this graph (and what is made of it) in a child
+        process: a graph from outside can crash its native code (``untrusted_graphs``)."""
+        return untrusted_graphs()
 
     def default_opset(self) -> int:
         return 0  # whatever the model has

@@ -1,0 +1,77 @@
+"""onnxruntime on graphs from outside runs in a child process (``untrusted_graphs``): a graph that
+crashes onnxruntime's native code is a typed error naming the signal, and unframe lives on."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+import unframe
+from unframe.errors import InputError
+from unframe.validate.onnxruntime import OnnxRuntimeRunner, untrusted_graphs
+
+
+def _vi(name: str, shape: list[int]) -> onnx.ValueInfoProto:
+    return helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
+
+
+def _crashing_attention() -> onnx.ModelProto:
+    """3-D Attention with kv_num_heads = 0: onnxruntime divides by it while loading (SIGFPE;
+    found by the opset campaign with a fuzzed past_key, reduced by hand)."""
+    graph = helper.make_graph(
+        [helper.make_node("Attention", ["Q", "K", "V"], ["Y"], q_num_heads=3, kv_num_heads=0)], "g",
+        [_vi("Q", [2, 4, 24]), _vi("K", [2, 6, 24]), _vi("V", [2, 6, 24])], [_vi("Y", [2, 4, 24])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23)], ir_version=10)
+
+
+def _relu() -> onnx.ModelProto:
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [_vi("x", [3])], [_vi("y", [3])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
+
+
+@pytest.fixture(scope="module")
+def crashes_onnxruntime(tmp_path_factory) -> onnx.ModelProto:
+    """The graph, once onnxruntime itself is seen to die on it in a throwaway process."""
+    model = _crashing_attention()
+    path = tmp_path_factory.mktemp("crash") / "attention.onnx"
+    onnx.save(model, path)
+    code = f"import onnxruntime as o; o.InferenceSession({str(path)!r})"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=120)
+    if done.returncode >= 0:
+        pytest.skip(f"this onnxruntime no longer crashes on kv_num_heads=0 (exit {done.returncode})")
+    return model
+
+
+def test_a_crash_in_onnxruntime_is_a_typed_error_and_the_next_graph_runs(crashes_onnxruntime):
+    with untrusted_graphs():
+        with pytest.raises(InputError, match=r"onnxruntime loading the graph crashed \(SIGFPE\)") as info:
+            OnnxRuntimeRunner(crashes_onnxruntime)
+        assert info.value.exit_code == 3
+        runner = OnnxRuntimeRunner(_relu())  # a fresh child takes the next graph
+        assert runner.remote is not None
+        x = np.array([-1.5, 0.0, 2.5], dtype=np.float32)
+        np.testing.assert_array_equal(runner.run({"x": x})["y"], np.maximum(x, 0))
+
+
+def test_outside_the_block_sessions_stay_in_process():
+    assert OnnxRuntimeRunner(_relu()).remote is None
+
+
+def test_an_onnx_conversion_runs_onnxruntime_apart(tmp_path, crashes_onnxruntime):
+    """Through the pipeline: the ONNX frontend holds the block for the run (unframe's load checks
+    refuse this graph first now, so the runner is asked directly under the frontend's guard)."""
+    from unframe.converters.frontends.onnx import OnnxFrontend
+
+    with OnnxFrontend().preserve(tmp_path / "m.onnx"):
+        with pytest.raises(InputError, match="SIGFPE"):
+            OnnxRuntimeRunner(crashes_onnxruntime)
+    path = tmp_path / "attention.onnx"
+    onnx.save(crashes_onnxruntime, path)
+    with pytest.raises(InputError, match="kv_num_heads=0"):  # and the load check names the cause
+        unframe.convert_opset(str(path), 23, output=str(tmp_path / "out.onnx"))
+    assert not (tmp_path / "out.onnx").exists()
