@@ -114,3 +114,17 @@ def _running(pid: int) -> bool:
             return f.read().split(")")[-1].split()[0] != "Z"  # a zombie has exited
     except FileNotFoundError:
         return False
+
+
+def test_a_call_interrupted_in_the_parent_leaves_no_reply_for_the_next(box: sandbox.Sandbox):
+    """A time limit (or Ctrl-C) raised in the parent while the child works: the child's late
+    answer must never be read as the next call's (the child is replaced)."""
+    from unframe import limits
+
+    box.call(targets.pid)
+    with pytest.raises(limits.TimeLimitExceeded):
+        with limits.time_limit(0.3, "the test"):
+            box.call(targets.sleep, 1.0)
+    assert box.call(targets.double, 4) == 8
+    assert box.call(targets.double, 5) == 10
+    assert box.starts == 2

@@ -130,11 +130,17 @@ class Sandbox:
     def _exchange(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], what: str,
                   timeout: float | None, crash_error: type[UnframeError], hint: str) -> Any:
         self.calls += 1
+        answered = False
         try:
-            self.conn.send((fn.__module__, fn.__qualname__, args, kwargs))
-        except (OSError, EOFError):
-            pass  # the child died under us: reported below from its exit status
-        reply = self._wait(timeout)
+            try:
+                self.conn.send((fn.__module__, fn.__qualname__, args, kwargs))
+            except (OSError, EOFError):
+                pass  # the child died under us: reported below from its exit status
+            reply = self._wait(timeout)
+            answered = True
+        finally:
+            if not answered:  # interrupted while the child works (a time limit, Ctrl-C): its late
+                self._kill()  # reply would answer the next call, so this child goes
         if reply is None:
             raise self._crashed(what, timeout, crash_error, hint)
         return reply
@@ -158,6 +164,12 @@ class Sandbox:
                 self.proc.kill()
                 self.proc.wait()
                 return None
+
+    def _kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.close()
 
     def _crashed(self, what: str, timeout: float | None, error: type[UnframeError], hint: str
                  ) -> UnframeError:

@@ -195,8 +195,9 @@ def run_plain(args: argparse.Namespace) -> dict[str, Any]:
     mutate = mutators_for(harness.mutator)
     seeds = [p.read_bytes() for d in _seed_dirs(args.harness) for p in sorted(d.iterdir())
              if p.is_file() and not p.name.endswith(".txt")]
-    if not seeds:
-        raise SystemExit(f"no seeds for {args.harness}: run bench/fuzz/seeds.py {args.harness}")
+    if not (OUT / "seeds" / args.harness).is_dir():  # the saved findings alone are no seed set
+        raise SystemExit(f"no seeds for {args.harness} in {OUT / 'seeds'}: run bench/fuzz/seeds.py "
+                         f"{args.harness} (with the same UNFRAME_FUZZ_OUT)")
     rng = random.Random(args.seed)
     pool: list[bytes] = []
     collector = Collector(args.harness) if args.collect else None
