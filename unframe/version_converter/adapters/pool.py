@@ -44,6 +44,7 @@ import math
 import numpy as np
 import onnx_ir as ir
 
+from unframe.errors import InputError
 from unframe.version_converter.context import Step
 from unframe.version_converter.generic import generic_step
 from unframe.version_converter.moves import require_types
@@ -67,6 +68,21 @@ def _spatial_sizes(value: ir.Value | None) -> list[int] | None:
     return dims if all(isinstance(d, int) for d in dims) else None
 
 
+def _check_geometry(node: ir.Node, n: int, kernel: list[int], strides: list[int], dilations: list[int],
+                    pads: list[int], spatial: list[int] | None) -> None:
+    """Attribute lengths and signs a pool over ``n`` spatial axes must have (a malformed node is
+    the model's fault, found by the opset campaign as an IndexError)."""
+    wants = {"kernel_shape": (kernel, n, 1), "strides": (strides, n, 1), "dilations": (dilations, n, 1),
+             "pads": (pads, 2 * n, 0)}
+    for name, (values, length, least) in wants.items():
+        if len(values) != length or any(int(v) < least for v in values):
+            raise InputError(f"{node.op_type} node {node.name!r}: {name}={list(values)} doesn't fit its "
+                             f"{n} spatial axes", "the model is broken; re-export it")
+    if spatial is not None and len(spatial) != n:
+        raise InputError(f"{node.op_type} node {node.name!r}: a {len(spatial)}-D window input with a "
+                         f"{n}-D kernel_shape", "the model is broken; re-export it")
+
+
 def _floor_mode(node: ir.Node, step: Step, *, only_if_rule_differs: bool) -> None:
     """Rewrite ``ceil_mode=1`` as floor mode, widening end pads where ceil mode kept a partial
     window, so the output keeps the size onnxruntime computes (opset 22's rule)."""
@@ -86,6 +102,7 @@ def _floor_mode(node: ir.Node, step: Step, *, only_if_rule_differs: bool) -> Non
     strides = list(step.attr("strides") or [1] * n)
     dilations = list(step.attr("dilations") or [1] * n)
     pads = list(step.attr("pads") or [0] * (2 * n))
+    _check_geometry(node, n, kernel, strides, dilations, pads, spatial)
     sizes = [_axis_sizes(spatial[i], kernel[i], strides[i], dilations[i], pads[i], pads[n + i])
              for i in range(n)]
     if only_if_rule_differs and all(c == r for c, r, _ in sizes):
@@ -185,6 +202,8 @@ def _dilated_geometry(node: ir.Node, step: Step) -> tuple[tuple[list[int], ...],
     n = len(kernel)
     strides = list(step.attr("strides") or [1] * n)
     dilations = list(step.attr("dilations") or [1] * n)
+    _check_geometry(node, n, kernel, strides, dilations, list(step.attr("pads") or [0] * (2 * n)),
+                    _spatial_sizes(node.inputs[0]))
     pads, spatial = _explicit_pads(node, step, kernel, strides, dilations)
     ceil = bool(step.attr("ceil_mode", 0)) and (step.attr("auto_pad", "NOTSET") or "NOTSET") == "NOTSET"
     if ceil and spatial is None:
