@@ -20,10 +20,11 @@ dynamic dims get readable names ("batch"), and ``nchw_inputs`` adds a Transpose 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -193,6 +194,49 @@ def _rename_proto_value(graph: onnx.GraphProto, old: str, new: str) -> None:
 
 
 # -- tf2onnx extension ----------------------------------------------------------------------
+@contextlib.contextmanager
+def grouped_convs_traced_plain() -> Iterator[None]:
+    """While a route traces the model: Keras' TensorFlow backend wraps a grouped convolution
+    (``Conv2D(groups=g)``, ConvNeXt's depthwise 7x7) in an XLA-compiled ``tf.function``, since TF's
+    CPU kernel lacks groups; the graph then holds a ``StatefulPartitionedCall`` tf2onnx can't
+    inline or map. Tracing only builds a graph (nothing runs the CPU kernel), so here the
+    convolution is traced as the plain ``tf.nn.convolution`` it wraps, which tf2onnx maps to
+    ``Conv(group=g)``. Before/after::
+
+        StatefulPartitionedCall(f=__inference__conv_xla)  ->  Conv2D(x, W[kh, kw, C/g, F])
+
+    The parity reference still runs Keras' own (XLA) convolution. Nothing changes when the
+    installed Keras has no such wrapper."""
+    try:
+        import keras.src.backend.tensorflow.nn as knn
+    except ImportError:
+        yield
+        return
+    original = getattr(knn, "conv", None)
+    if original is None or not hasattr(knn, "_convert_data_format"):
+        yield
+        return
+
+    def conv(inputs: Any, kernel: Any, strides: Any = 1, padding: str = "valid", data_format: Any = None,
+             dilation_rate: Any = 1) -> Any:
+        import tensorflow as tf
+        from keras.src import backend
+
+        fmt = backend.standardize_data_format(data_format)
+        channels = inputs.shape[-1] if fmt == "channels_last" else inputs.shape[1]
+        if channels is None or channels == kernel.shape[-2] or len(inputs.shape) != 4:
+            return original(inputs, kernel, strides, padding, data_format, dilation_rate)
+        return tf.nn.convolution(inputs, kernel, strides, padding.upper(),
+                                 data_format=knn._convert_data_format(fmt, len(inputs.shape)),
+                                 dilations=dilation_rate)
+
+    knn.conv = conv
+    try:
+        yield
+    finally:
+        knn.conv = original
+
+
 _REGISTERED = False
 
 
@@ -269,7 +313,8 @@ def _all_nodes(proto: onnx.ModelProto) -> list[onnx.NodeProto]:
 def try_attempt(attempt: Attempt, check: Callable[[onnx.ModelProto], str]) -> Outcome:
     """Run one route; ``check`` returns a problem ("" when the graph loads and matches)."""
     try:
-        proto = attempt.build()
+        with grouped_convs_traced_plain():
+            proto = attempt.build()
     except Exception as exc:  # tf2onnx/keras raise anything from ValueError to KeyError
         return Outcome(problem=f"{attempt.route} failed: {_first_line(exc)}")
     unmapped = unmapped_ops(proto)
