@@ -70,6 +70,12 @@ class Settings:
         return ConvertOptions(trust=self.trust, opset=opset, options=dict(self.options),
                               validate=self.validate)
 
+    @property
+    def parity_seconds(self) -> float:
+        """The time limit of one parity check (--parity-timeout), and of loading its runtimes."""
+        given = self.options.get("parity_timeout")
+        return limits.parse_seconds(given) if given else limits.DEFAULT_PARITY_SECONDS
+
 
 # ------------------------------------------------------------------------ runners ------------
 class Deferred(Runner):
@@ -201,10 +207,11 @@ class Flow:
         place, and both must see the graph as it was."""
         if not self.validate:
             return
-        for r in (self.reference, self.candidate):
-            if isinstance(r, Deferred):
-                r.pin()
-        _ = self.feeds
+        _ = self.feeds  # first: the feeds' checks refuse what no runtime should be handed
+        with limits.time_limit(self.settings.parity_seconds, "loading the runtimes for parity"):
+            for r in (self.reference, self.candidate):
+                if isinstance(r, Deferred):
+                    r.pin()
 
     def fork(self, clone: bool) -> Flow:
         """A copy for one target's branch: its own model (a clone when other branches follow),
@@ -723,9 +730,7 @@ class ParityStage(Stage):
     def _compare(self, flow: Flow, ref: Runner, candidate: Runner, feeds: list[dict[str, Any]]
                  ) -> StageParity:
         s = flow.settings
-        seconds = limits.parse_seconds(s.options["parity_timeout"]) if s.options.get("parity_timeout") \
-            else limits.DEFAULT_PARITY_SECONDS
-        with limits.time_limit(seconds, f"the {self.checks.kind} parity check ({self.tool})"):
+        with limits.time_limit(s.parity_seconds, f"the {self.checks.kind} parity check ({self.tool})"):
             try:
                 return compare(ref, candidate, feeds, s.atol, s.rtol, stage=self.checks.kind,
                                **self.checks.compare_options(flow))
