@@ -107,6 +107,28 @@ def set_default_threads(threads: int | None) -> None:
 DISABLED_REWRITES = ("Pad_Fusion",)
 
 
+def rewrite_hazards(model: ir.Model) -> list[str]:
+    """Notes for the user of a written graph that onnxruntime's default rewrites would compute
+    differently (``DISABLED_REWRITES``): parity ran with them off."""
+    def zero_pad(node: ir.Node | None) -> bool:
+        if node is None or node.op_type != "Pad" or node.domain not in ("", "ai.onnx"):
+            return False
+        mode = node.attributes.get("mode")
+        value = node.inputs[2] if len(node.inputs) > 2 else None
+        const = None if value is None else value.const_value
+        return (mode is None or mode.value == "constant") and (
+            value is None or (const is not None and not np.any(const.numpy())))
+
+    pools = [n for n in ir.traversal.RecursiveGraphIterator(model.graph)
+             if n.op_type == "MaxPool" and n.inputs and n.inputs[0] is not None and zero_pad(n.inputs[0].producer())]
+    if not pools:
+        return []
+    return [f"{len(pools)} MaxPool(s) read a zero Pad ({pools[0].name or 'unnamed'}): onnxruntime's Pad_Fusion "
+            "(graph optimization level basic and up) folds it into the pool, whose padding counts as "
+            "-inf, and changes the results where a window's values are negative; parity ran with it "
+            "off: create sessions with disabled_optimizers=['Pad_Fusion']"]
+
+
 class OnnxRuntimeRunner(Runner):
     """onnxruntime on the CPU, graph optimizations limited to basic ones (and those of them that
     change results, ``DISABLED_REWRITES``, off) so that what runs is the graph as written. Inside ``untrusted_graphs()`` the session lives in a child process

@@ -63,6 +63,8 @@ class OnnxBackend(Backend):
         return onnx_runner_of(artifact.model, "the 16-bit graph")
 
     def convert(self, model: ir.Model, target: Target, workdir: Path) -> Artifact:
+        from unframe.validate.onnxruntime import rewrite_hazards
+
         precision = self.compute_precision(target)
         notes: list[str] = []
         if precision != "fp32":
@@ -77,6 +79,7 @@ class OnnxBackend(Backend):
                          "outputs keep their types; softmax, norms, reductions, exp/log/pow"
                          + (f" and {kept} node(s) planned for float32" if kept else "") + " stay in float32")
         remove_dead_values(model)
+        notes += rewrite_hazards(model)
         return Artifact(kind="onnx", model=model, notes=notes,
                         metadata={"unframe.precision": precision} if precision != "fp32" else {})
 
