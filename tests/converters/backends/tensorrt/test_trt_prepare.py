@@ -157,3 +157,24 @@ def test_integer_cumsum_that_float_would_not_hold_exactly_stays():
     assert not FloatCumSumPass()(plain).modified  # any int64 values: their sums may pass 2**24
     too_long = position_ids_model(length=(1 << 24) + 1)
     assert not FloatCumSumPass()(too_long).modified
+
+
+def test_nonzero_of_a_mask_reads_it_as_float_with_the_same_indices():
+    """torchvision's detectors keep the boxes over a score threshold: NonZero(Greater(...)), a BOOL
+    TensorRT's NonZero doesn't take. The mask is cast to float32; the indices can't change."""
+    model = make_model([helper.make_node("Greater", ["s", "t"], ["m"]), helper.make_node("NonZero", ["m"], ["i"]),
+                        helper.make_node("Cast", ["s"], ["k"], to=TensorProto.INT64),
+                        helper.make_node("NonZero", ["k"], ["j"])],
+                       [vi("s", [2, 6])], [vi("i", None, I64), vi("j", None, I64)],
+                       [const("t", np.array(0.3, np.float32))])
+    s = np.array([[0.1, 0.5, 0.9, 0.2, 0.31, 0.0], [0.7, 0.3, 0.0, 2.5, -4.0, 0.4]], np.float32)
+    before = ort_run(model, {"s": s})
+    assert 0 < before["i"].shape[1] < s.size  # some kept, some not
+    assert sorted(b.op for b in preflight.check(model)) == ["NonZero", "NonZero"]
+    prepared = prepare(model)
+    for node in (n for n in prepared.graph if n.op_type == "NonZero"):
+        assert node.inputs[0].dtype == ir.DataType.FLOAT
+    after = ort_run(prepared, {"s": s})
+    for name in ("i", "j"):
+        np.testing.assert_array_equal(after[name], before[name])
+    assert preflight.check(prepared) == []

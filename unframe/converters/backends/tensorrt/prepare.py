@@ -14,7 +14,9 @@ Shape inference (onnx's, through onnx-ir's ``ShapeInferencePass``) runs first, b
 4. ``FloatCumSumPass``: a running count (CumSum of a tensor cast from BOOL to an integer type,
    as RoBERTa's and Whisper's position ids are computed) is summed in float32, which TensorRT's
    CumSum takes, and cast back: exact, every partial sum being an integer below 2**24.
-5. ``RemoveUnusedNodesPass`` (onnx-ir): what folding left unused.
+5. ``FloatNonZeroPass``: NonZero over a mask or integers reads a float32 cast of it (TensorRT's
+   NonZero takes float types; the indices are the same).
+6. ``RemoveUnusedNodesPass`` (onnx-ir): what folding left unused.
 """
 
 from __future__ import annotations
@@ -219,6 +221,36 @@ _INT_TYPES = {ir.DataType.INT64, ir.DataType.INT32}
 FLOAT_EXACT_INTEGERS = 1 << 24
 
 
+class FloatNonZeroPass(ir.passes.InPlacePass):
+    """TensorRT's NonZero takes float types only; a mask (BOOL, as torchvision's detectors keep
+    the boxes over a score threshold) or an integer tensor is cast to float32 first. Exact: no
+    value but zero casts to zero, so the indices are the same.
+
+    Before::  i = NonZero(Greater(scores, t))
+    After::   i = NonZero(Cast(Greater(scores, t), to=FLOAT))
+    """
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        count = 0
+        for node in ir.traversal.RecursiveGraphIterator(model.graph):
+            if node.op_type != "NonZero" or node.domain not in DEFAULT_DOMAINS or not node.inputs:
+                continue
+            data = node.inputs[0]
+            if data is None or data.dtype is None or data.dtype in _FLOAT_TYPES or data.dtype not in _CASTABLE:
+                continue
+            name = f"{node.name or 'NonZero'}_{count}_to_float"
+            cast = ir.node("Cast", [data], {"to": ir.DataType.FLOAT}, name=name)
+            cast.outputs[0].type, cast.outputs[0].shape = ir.TensorType(ir.DataType.FLOAT), data.shape
+            node.graph.insert_before(node, cast)
+            node.replace_input_with(0, cast.outputs[0])
+            count += 1
+        return ir.passes.PassResult(model, modified=bool(count))
+
+
+_FLOAT_TYPES = {ir.DataType.FLOAT, ir.DataType.FLOAT16}
+_CASTABLE = {ir.DataType.BOOL, ir.DataType.INT8, ir.DataType.UINT8, ir.DataType.INT32, ir.DataType.INT64}
+
+
 def _counts_booleans(data: ir.Value, cumsum: ir.Node) -> bool:
     if not _cast_from_bool(data):
         return False
@@ -286,6 +318,7 @@ def prepare(model: ir.Model) -> ir.Model:
         FoldConstantsPass(),
         NarrowInt64Pass(),
         FloatCumSumPass(),
+        FloatNonZeroPass(),
         common_passes.RemoveUnusedNodesPass(),
     ], steps=1)
     return passes(model).model
