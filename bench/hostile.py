@@ -11,6 +11,8 @@
 4. Keras: the HDF5 probe of a .keras file's weights in a child, against the Keras load itself.
 5. ONNX load-time checks: `unframe.io.load_model` against onnx.load + onnx-ir's deserialize (the
    anchor: the same load without unframe's checks), on the model zoo's ONNX files.
+6. onnxruntime on a graph from outside: session open + one run in the onnxruntime child against
+   in this process (the child started once per process, as conversions reuse it).
 
 Ratios are ours / anchor, medians of --reps runs, on this (shared, 2-core) machine.
 """
@@ -168,6 +170,36 @@ def onnx_checks(reps: int) -> None:
           f"geomean {geo:.2f}x, worst {max(ratios):.2f}x, at most {max(extra) * 1000:.0f} ms more")
 
 
+def onnxruntime_apart(reps: int) -> None:
+    """onnxruntime on a graph from outside: its session in the child (``untrusted_graphs``, how
+    an ONNX-source conversion runs it) against in this process; open + one run of a small CNN and
+    of a 2-layer MLP, the child already started (one per process, reused by every conversion)."""
+    import numpy as np
+    import onnx_ir as ir
+    from spine_utils import mlp_model
+    from trt_models import cnn_model
+
+    from unframe.validate.onnxruntime import OnnxRuntimeRunner, untrusted_graphs
+
+    for label, model in (("small CNN", cnn_model(batch=1)), ("MLP", mlp_model())):
+        proto = ir.to_proto(model) if isinstance(model, ir.Model) else model
+        runner = OnnxRuntimeRunner(proto)
+        feeds = {s.name: np.ones([d if isinstance(d, int) else 2 for d in s.shape], np.float32)
+                 for s in runner.input_specs()}
+
+        def once(runner_feeds: dict[str, Any] = feeds, m: Any = proto) -> None:
+            OnnxRuntimeRunner(m).run(runner_feeds)
+
+        anchor = median(once, reps * 4)
+        with untrusted_graphs():
+            t0 = time.perf_counter()
+            once()  # the child's start and onnxruntime import (the first graph only)
+            first = time.perf_counter() - t0
+            ours = median(once, reps * 4)
+        row(f"onnxruntime open+run, {label}: child vs here", anchor, ours,
+            f"first in the process: {first * 1000:.0f} ms")
+
+
 def median_cpu(fn: Callable[[], Any], reps: int) -> float:
     times = []
     for _ in range(reps):
@@ -182,7 +214,7 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=5)
     args = parser.parse_args()
     print(f"{'what':<44} {'anchor ms':>10} {'ours ms':>10} {'ratio':>8}")
-    for part in (bare, tensorrt, coreml, keras, onnx_checks):
+    for part in (bare, tensorrt, coreml, keras, onnx_checks, onnxruntime_apart):
         part(args.reps)
 
 
