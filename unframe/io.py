@@ -628,6 +628,7 @@ def _check_attributes(node: onnx.NodeProto, sig: _Signature, where: str, in_func
     if node.op_type == "Einsum" and not (in_function and any(a.ref_attr_name for a in node.attribute)):
         _check_einsum(node, where)
     _check_head_counts(node, where)
+    _check_split(node, where)
 
 
 # attention head counts: onnxruntime reads them as 32-bit ints and divides by them (Attention with
@@ -648,6 +649,18 @@ def _check_head_counts(node: onnx.NodeProto, where: str) -> None:
                          "3-D attention needs both", "the model is broken; re-export it")
     if q and kv and q % kv:
         raise InputError(f"{where}: {_label(node)} has q_num_heads={q}, not a multiple of kv_num_heads={kv}",
+                         "the model is broken; re-export it")
+
+
+def _check_split(node: onnx.NodeProto, where: str) -> None:
+    """Split's num_outputs must count its outputs: onnx's shape inference indexes past its
+    vector otherwise and aborts the process (found by the opset campaign: num_outputs=3, four
+    outputs)."""
+    if node.op_type != "Split" or node.domain not in ("", "ai.onnx"):
+        return
+    given = next((a for a in node.attribute if a.name == "num_outputs" and not a.ref_attr_name), None)
+    if given is not None and given.type == onnx.AttributeProto.INT and given.i != len(node.output):
+        raise InputError(f"{where}: {_label(node)} has num_outputs={given.i} but {len(node.output)} outputs",
                          "the model is broken; re-export it")
 
 
