@@ -123,3 +123,62 @@ def test_dynamo_style_reshapes_with_allowzero_and_a_minus_one_batch_fold():
     x = np.random.default_rng(2).standard_normal((B, H, W, C)).astype(np.float32)
     np.testing.assert_array_equal(OnnxRuntimeRunner(folded).run({"x": x})["y"],
                                   OnnxRuntimeRunner(proto).run({"x": x})["y"])
+
+
+def _layernorm_views(batch: str | int = "N") -> onnx.ModelProto:
+    """What tf2onnx leaves in Keras ConvNeXt's LayerNorm (NCHW after its transpose optimizer):
+    the mean m[N, 1, H, W] viewed through rank 6 and back, then subtracted from x."""
+    inits = [numpy_helper.from_array(np.array(v, np.int64), n) for n, v in
+             (("axes0", [0]), ("axis1", [1]), ("t6", [1, 1, -1, 0, 0, 1]), ("t4", [-1, 1, 0, 0]))]
+    nodes = [helper.make_node("ReduceMean", ["x", "axis1"], ["m"], keepdims=1),
+             helper.make_node("Unsqueeze", ["m", "axes0"], ["u"]),
+             helper.make_node("Reshape", ["u", "t6"], ["r6"], name="to_rank6"),
+             helper.make_node("Squeeze", ["r6", "axes0"], ["s5"]),
+             helper.make_node("Reshape", ["s5", "t4"], ["m4"], name="back"),
+             helper.make_node("Sub", ["x", "m4"], ["y"])]
+    graph = helper.make_graph(nodes, "ln_views", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 6, 4, 5])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 6, 4, 5])], inits)
+    return onnx.shape_inference.infer_shapes(
+        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=9))
+
+
+def test_a_chain_of_views_through_rank_6_becomes_one_reshape():
+    proto = _layernorm_views()
+    assert max(_ranks(proto)) == 6
+    model = ir.serde.deserialize_model(proto)
+    assert fold_high_rank_windows(model) == 1
+    assert [n.op_type for n in model.graph] == ["ReduceMean", "Reshape", "Sub"]
+    folded = ir.serde.serialize_model(model)
+    assert max(_ranks(folded)) == 4
+    x = np.random.default_rng(3).standard_normal((3, 6, 4, 5)).astype(np.float32) + 2
+    want = OnnxRuntimeRunner(proto).run({"x": x})["y"]
+    np.testing.assert_array_equal(OnnxRuntimeRunner(folded).run({"x": x})["y"], want)
+    assert float(np.abs(want).max()) > 1.0
+
+
+def test_a_chain_whose_last_shape_needs_two_unknowns_is_left_alone():
+    """x[N, 6, H, 5], N and H dynamic: [N, 1, H, 5] -> Unsqueeze(0) -> Reshape [-1, 1, 1, 0, 1, 5]
+    -> Reshape [0, 1, 0, -1] = [N, 1, 1, 5H]: no single target of the input says that."""
+    inits = [numpy_helper.from_array(np.array(v, np.int64), n) for n, v in
+             (("axes0", [0]), ("axis1", [1]), ("t6", [-1, 1, 1, 0, 1, 5]), ("t4", [0, 1, 0, -1]))]
+    nodes = [helper.make_node("ReduceMean", ["x", "axis1"], ["m"], keepdims=1),
+             helper.make_node("Unsqueeze", ["m", "axes0"], ["u"]),
+             helper.make_node("Reshape", ["u", "t6"], ["r6"]),
+             helper.make_node("Reshape", ["r6", "t4"], ["y"])]
+    graph = helper.make_graph(nodes, "views", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 6, "H", 5])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    proto = onnx.shape_inference.infer_shapes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)],
+                                                                ir_version=9))
+    x = np.ones((2, 6, 3, 5), np.float32)
+    assert OnnxRuntimeRunner(proto).run({"x": x})["y"].shape == (2, 1, 1, 15)  # a valid graph
+    assert fold_high_rank_windows(ir.serde.deserialize_model(proto)) == 0
+
+
+@pytest.mark.usefixtures("coreml")
+def test_the_layernorm_views_convert_to_coreml_with_parity(tmp_path: Path):
+    model = ir.serde.deserialize_model(_layernorm_views())
+    rng = np.random.default_rng(4)
+    feeds = [{"x": (rng.standard_normal((2, 6, 4, 5)) * 2 + 1).astype(np.float32)} for _ in range(2)]
+    artifact, parity = convert_and_compare(model, feeds, tmp_path)
+    assert parity, parity.reason
+    assert parity.scale > 1.0

@@ -42,7 +42,128 @@ def fold_high_rank_windows(model: ir.Model) -> int:
     for node in list(graph):
         if _fold(graph, node):
             folded += 1
+    for node in list(graph):
+        if node.graph is graph and _collapse_views(graph, node):
+            folded += 1
     return folded
+
+
+# -- chains of views through rank 6 ------------------------------------------------------------
+# tf2onnx's transpose optimizer leaves, around Keras ConvNeXt's LayerNorm, views that pass
+# through rank 6 and come back (every op keeps the elements' order)::
+#
+#     m[N, 1, H, W] -> Unsqueeze(0) -> Reshape [1, 1, -1, 0, 0, 1] -> Squeeze(0)
+#                   -> Reshape [-1, 1, 0, 0]                         (= m, viewed as [N, 1, H, W])
+#
+# The chain is one Reshape of its first input, when the last shape can be said in one target:
+# each of its dims a constant, the chain's input dim at the same position (a 0 entry), or the one
+# left to infer (-1).
+
+_VIEWS = ("Reshape", "Unsqueeze", "Squeeze")
+
+
+def _collapse_views(graph: ir.Graph, high: ir.Node) -> bool:
+    if not any(_is(high, op) for op in _VIEWS) or _rank(high.outputs[0]) is None \
+            or _rank(high.outputs[0]) <= MAX_RANK:
+        return False
+    chain = [high]
+    while True:  # back to the chain's start: views whose output only the next view reads
+        data = chain[0].inputs[0] if chain[0].inputs else None
+        before = data.producer() if data is not None else None
+        if before is None or not any(_is(before, op) for op in _VIEWS) or _only_user(data, graph) is not chain[0]:
+            break
+        chain.insert(0, before)
+    while True:  # on through single-use views: the longest chain that ends at rank <= 5 and
+        after = _only_user(chain[-1].outputs[0], graph)  # one target says, wins
+        if after is None or not any(_is(after, op) for op in _VIEWS):
+            break
+        chain.append(after)
+    start = chain[0].inputs[0]
+    if start is None or start.shape is None:
+        return False
+    dims: list[object] | None = [d if isinstance(d, int) else ("in", i) for i, d in enumerate(start.shape)]
+    best: tuple[int, list[int]] | None = None
+    for k, node in enumerate(chain):
+        dims = _view_dims(node, dims) if dims is not None else None
+        if dims is None:
+            break
+        target = _one_target(dims) if len(dims) <= MAX_RANK and chain.index(high) <= k else None
+        if target is not None:
+            best = (k, target)
+    if best is None:
+        return False
+    chain, target = chain[:best[0] + 1], best[1]
+    end = chain[-1].outputs[0]
+    value = ir.Value(name=f"{high.name or 'view'}_collapsed_target", const_value=ir.tensor(np.array(target, np.int64)),
+                     type=ir.TensorType(ir.DataType.INT64), shape=ir.Shape([len(target)]))
+    graph.register_initializer(value)
+    reshape = ir.Node("", "Reshape", [start, value], name=f"{high.name or 'view'}_collapsed")
+    reshape.outputs[0].name = f"{end.name}_collapsed"
+    reshape.outputs[0].type, reshape.outputs[0].shape = end.type, end.shape
+    graph.insert_after(chain[-1], reshape)
+    end.replace_all_uses_with(reshape.outputs[0])
+    for node in reversed(chain):
+        graph.remove(node, safe=True)
+    return True
+
+
+def _rank(value: ir.Value) -> int | None:
+    return len(value.shape) if value.shape is not None else None
+
+
+def _const_ints(node: ir.Node, index: int) -> list[int] | None:
+    value = node.inputs[index] if len(node.inputs) > index else None
+    if value is None or value.const_value is None:
+        return None
+    return [int(v) for v in value.const_value.numpy().reshape(-1)]
+
+
+def _view_dims(node: ir.Node, dims: list[object]) -> list[object] | None:
+    """The dims after ``node``: ints, ("in", k) for the chain input's dim k, "rest" for one
+    inferred dim; None when the node's effect isn't known (run-time axes or targets)."""
+    if _is(node, "Unsqueeze") or _is(node, "Squeeze"):
+        axes = _const_ints(node, 1)
+        if axes is None:
+            return None
+        if _is(node, "Unsqueeze"):
+            rank = len(dims) + len(axes)
+            axes = sorted(a % rank for a in axes)
+            out = list(dims)
+            for a in axes:
+                out.insert(a, 1)
+            return out
+        rank = len(dims)
+        drop = {a % rank for a in axes}
+        return None if any(dims[a] != 1 and dims[a] != "rest" and not isinstance(dims[a], tuple)
+                           for a in drop) else [d for i, d in enumerate(dims) if i not in drop]
+    target = _const_ints(node, 1)
+    if target is None or _allowzero(node):
+        return None
+    out: list[object] = []
+    for i, t in enumerate(target):
+        if t > 0:
+            out.append(t)
+        elif t == 0 and i < len(dims):
+            out.append(dims[i])
+        elif t == -1:
+            out.append("rest")
+        else:
+            return None
+    return out if sum(d == "rest" for d in out) <= 1 else None
+
+
+def _one_target(dims: list[object]) -> list[int] | None:
+    """One Reshape target of the chain's input giving ``dims``: a constant, 0 for the input's
+    dim at the same position, -1 for the one to infer (at most one unknown)."""
+    target: list[int] = []
+    for i, d in enumerate(dims):
+        if isinstance(d, int) and d > 0:
+            target.append(d)
+        elif d == ("in", i):
+            target.append(0)
+        else:
+            target.append(-1)
+    return target if target.count(-1) <= 1 else None
 
 
 def _fold(graph: ir.Graph, first: ir.Node) -> bool:
