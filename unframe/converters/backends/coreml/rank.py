@@ -42,7 +42,12 @@ def fold_high_rank_windows(model: ir.Model) -> int:
     for node in list(graph):
         if _fold(graph, node):
             folded += 1
-    for node in list(graph):
+    views = [n for n in graph if any(_is(n, op) for op in _VIEWS)]
+    untyped = [v for n in views for v in (n.inputs[0] if n.inputs else None, n.outputs[0])
+               if v is not None and v.type is None]
+    if any((_rank(n.outputs[0]) or 0) > MAX_RANK for n in views) and untyped:
+        infer_types(model, untyped)  # the chains' shapes: tf2onnx's graphs carry few
+    for node in views:
         if node.graph is graph and _collapse_views(graph, node):
             folded += 1
     return folded
@@ -108,7 +113,20 @@ def _collapse_views(graph: ir.Graph, high: ir.Node) -> bool:
 
 
 def _rank(value: ir.Value) -> int | None:
-    return len(value.shape) if value.shape is not None else None
+    """The value's rank: from its shape, else from the view that makes it (a constant target's
+    length; its input's rank plus or minus constant axes)."""
+    if value.shape is not None:
+        return len(value.shape)
+    node = value.producer()
+    if node is None or not node.inputs:
+        return None
+    if _is(node, "Reshape"):
+        return _target_length(node.inputs[1] if len(node.inputs) > 1 else None)
+    axes = _const_ints(node, 1) if _is(node, "Unsqueeze") or _is(node, "Squeeze") else None
+    below = _rank(node.inputs[0]) if axes is not None and node.inputs[0] is not None else None
+    if below is None or axes is None:
+        return None
+    return below + len(axes) if _is(node, "Unsqueeze") else below - len(axes)
 
 
 def _const_ints(node: ir.Node, index: int) -> list[int] | None:
