@@ -1,7 +1,7 @@
 """Export fallbacks and input names: a list-of-tensors input is named after its parameter
 (images, images_1), never a bare index; a data-dependent model falls back to the TorchScript
 exporter; hints suggest only what was not tried; torchvision's SSDLite (through the import shim
-in model_zoo/build) converts to ONNX and is a clear exit-4 blocker for CoreML, never exit 1 or 9.
+in model_zoo/build) converts to ONNX, and on to CoreML (its NonMaxSuppression included).
 TensorRT: a parser refusal is a blocker of `check`, and stays off the terminal."""
 
 from __future__ import annotations
@@ -115,7 +115,7 @@ def test_nms_reference_matches_the_definition() -> None:
     assert shim.nms_reference(boxes, scores, 0.95).tolist() == [3, 0, 1, 2]
 
 
-def test_ssdlite_converts_to_onnx_and_is_a_clear_coreml_blocker(tmp_path: Path) -> None:
+def test_ssdlite_converts_to_onnx_and_to_coreml(tmp_path: Path) -> None:
     model = _ssdlite()
     image = [torch.rand(3, 320, 320, generator=torch.Generator().manual_seed(2))]
     with torch.no_grad():
@@ -130,12 +130,15 @@ def test_ssdlite_converts_to_onnx_and_is_a_clear_coreml_blocker(tmp_path: Path) 
     assert [v.name for v in result.model.graph.outputs] == ["boxes", "scores", "labels"]
     assert result.report, str(result.report)
     checked = unframe.check(path, to="coreml")
-    ops = {b.op for b in checked.blockers}
-    assert not checked and "NonMaxSuppression" in ops, [str(b) for b in checked.blockers]
-    with pytest.raises(UnsupportedError) as err:
-        unframe.convert(path, to="coreml", output=tmp_path / "ssdlite.mlpackage")
-    assert err.value.exit_code == 4
-    assert "NonMaxSuppression" in {b["op"] for b in err.value.details["blockers"]}
+    assert checked, [str(b) for b in checked.blockers]
+    # the boxes reaching the NMS are counted at run time: CoreML's fixed-size NMS output is bounded
+    assert any("NonMaxSuppression" in n and "only known at run time" in n for n in checked.notes), checked.notes
+    # float32: in fp16 the scores of near-equal detections round together and their order (the
+    # order of the outputs) is no longer onnxruntime's
+    coreml = unframe.convert(path, to="coreml", output=tmp_path / "ssdlite.mlpackage", precision="fp32",
+                             sample_inputs={"images": image[0].numpy()})
+    assert coreml.report, str(coreml.report)
+    assert (tmp_path / "ssdlite.mlpackage").exists()
 
 
 # -- TensorRT: a parser refusal is a blocker -------------------------------------------------------

@@ -9,7 +9,8 @@ from test_coreml_node_cases import SAMPLE
 from unframe.converters.backends.coreml.ops import TRANSLATORS, supported_ops
 
 # ops whose dedicated tests live in this folder (test_coreml_ops.py / test_coreml_e2e.py)
-DEDICATED = {"Loop", "GlobalLpPool", "Expand", "Gelu", "Scan"}  # Scan: test_coreml_ml.py
+DEDICATED = {"Loop", "GlobalLpPool", "Expand", "Gelu", "Scan",  # Scan: test_coreml_ml.py
+             "NonMaxSuppression"}  # test_coreml_nms.py
 
 
 def test_at_least_130_default_domain_ops() -> None:

@@ -33,7 +33,8 @@ every score is -inf softmaxes to NaN where float32 gives a uniform row; such con
 64-bit integers: MIL has none. A 64-bit integer *constant* whose values fit in int32 is narrowed
 as it is (the translators' ``np_const``); one that does not fit is accepted only where saturating
 it to the int32 range keeps its meaning (``Slice`` starts/ends, ``Clip`` bounds, ``Min``/``Max``:
-ONNX uses INT64_MAX for "to the end"), directly or through ops that only carry it there
+ONNX uses INT64_MAX for "to the end"; ``NonMaxSuppression``'s max_output_boxes_per_class, which the
+translation caps at the number of boxes), directly or through ops that only carry it there
 (``Unsqueeze``, ``Concat``...). Anywhere else it is a blocker: the pass has no proof the value
 survives. 64-bit graph inputs come in as int32 (a note says so).
 """
@@ -117,7 +118,9 @@ _MOVES = {"bool": ("int32", "fp32", "fp16"), "int32": ("fp32", "fp16"), "fp16": 
 # (op, input index) where an out-of-range 64-bit constant may be saturated to int32 without
 # changing the result ("*": any input).
 _SATURATING: set[tuple[str, int | str]] = {("Slice", 1), ("Slice", 2), ("Clip", 1), ("Clip", 2),
-                                           ("Max", "*"), ("Min", "*")}
+                                           ("Max", "*"), ("Min", "*"),
+                                           # max_output_boxes_per_class: capped at the box count
+                                           ("NonMaxSuppression", 2)}
 _I32 = np.iinfo(np.int32)
 _WIDE_INTS = {ir.DataType.INT64, ir.DataType.UINT64, ir.DataType.UINT32}
 

@@ -100,6 +100,8 @@ class GraphTranslator:
     # outputs of the MIL ops written for ONNX nodes that ask to stay in float32
     # (``unframe.passes.KEEP_FP32``): an fp16 program leaves their ops out of its cast pass
     fp32_ops: set[str] = field(default_factory=set)
+    # what a translator wants `check` and the report to say (a bound it had to choose...)
+    notes: list[str] = field(default_factory=list)
 
     def run_graph(self, graph: ir.Graph, env: dict[str, Var]) -> None:
         from coremltools.converters.mil import Builder as mb
@@ -361,6 +363,7 @@ def translate(model: ir.Model, ios: int, options: dict[str, Any]) -> Translation
         program = build_program(work, ios, plans, names, translator)
     except ConversionError as exc:
         return Translation([_failure_blocker(exc, translator.at)], notes)
+    notes.extend(translator.notes)
     too_deep = _rank_blockers(program, work, names)
     if too_deep:
         return Translation(too_deep, notes)

@@ -20,6 +20,7 @@ from unframe.errors import InputError, UnsupportedError
 # ops exercised by the end-to-end torch programs only (each is also asserted there or below)
 END_TO_END_ONLY: set[str] = {
     "classify",  # tests/converters/backends/coreml/test_coreml_classifier.py (ct.convert appends it)
+    "non_maximum_suppression",  # tests/converters/backends/coreml/test_coreml_nms.py
 }
 
 

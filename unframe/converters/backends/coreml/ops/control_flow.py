@@ -47,8 +47,26 @@ def if_(ctx: TranslateContext) -> Any:
     pred = ctx.x(0)
     if len(pred.shape or ()) > 0:
         pred = mb().reshape(x=pred, shape=np.zeros((0,), dtype=np.int32))
+    if _constant_outputs(then_g) and not _constant_outputs(else_g):
+        # MIL's cond takes its output types from the true branch: a constant early return (an
+        # empty [0] result, torchvision's "no boxes") would fix the shape of what the computed
+        # branch returns. Swapped, the computed branch's types (dims known at run time) hold both.
+        pred = mb().logical_not(x=pred)
+        then_g, else_g = else_g, then_g
     result = mb().cond(pred=pred, _true_fn=branch(then_g), _false_fn=branch(else_g))
     return list(result) if isinstance(result, (list, tuple)) else [result]
+
+
+def _constant_outputs(graph: ir.Graph) -> bool:
+    """Whether every output of the branch is a constant of the branch (a Constant node or an
+    initializer of its own)."""
+    def constant(value: ir.Value) -> bool:
+        producer = value.producer()
+        if producer is not None:
+            return producer.op_type == "Constant" and producer.graph is graph
+        return value.name in graph.initializers
+
+    return bool(graph.outputs) and all(constant(v) for v in graph.outputs)
 
 
 def _loop_check(node: ir.Node) -> list[str]:

@@ -77,11 +77,28 @@ def scatter_nd(ctx: TranslateContext) -> Any:
 @translator("TopK")
 def top_k(ctx: TranslateContext) -> Any:
     k = ctx.ints(1)
+    axis = int(ctx.attr("axis", -1))
+    ascending = not int(ctx.attr("largest", 1))
     if k is None:
-        raise ctx.err("TopK k must be constant")
-    values, indices = mb().topk(x=ctx.x(0), k=int(k[0]), axis=int(ctx.attr("axis", -1)),
-                                ascending=not int(ctx.attr("largest", 1)))
+        return _dynamic_top_k(ctx, axis, ascending)
+    values, indices = mb().topk(x=ctx.x(0), k=int(k[0]), axis=axis, ascending=ascending)
     return values, indices
+
+
+def _dynamic_top_k(ctx: TranslateContext, axis: int, ascending: bool) -> Any:
+    """MIL's topk takes a constant k; a k computed at run time (torchvision's detectors:
+    ``min(topk_candidates, number of boxes)``) sorts the whole axis and keeps its first k, as
+    coremltools' own frontends do. Ties keep the lower index first, as ONNX's TopK."""
+    m = mb()
+    x = ctx.x(0)
+    axis = norm_axis(axis, ctx.rank(0))
+    k = cast(ctx.x(1), "int32")
+    if len(k.shape or ()) > 0:
+        k = m.reshape(x=k, shape=np.zeros((0,), dtype=np.int32))
+    order = m.argsort(x=x, axis=axis, ascending=ascending)
+    first = m.range_1d(start=np.int32(0), end=k, step=np.int32(1))
+    indices = m.gather(x=order, indices=first, axis=axis)
+    return m.gather_along_axis(x=x, indices=indices, axis=axis), indices
 
 
 @translator("CumSum")

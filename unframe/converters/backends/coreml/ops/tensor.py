@@ -363,6 +363,15 @@ def _cast_to(ctx: TranslateContext, x: Any, to: ir.DataType) -> Any:
         raise ctx.err(f"cast to {to.name}, which CoreML can't hold")
     if dtype_name(x) == target:
         return mb().identity(x=x)
+    if x.val is not None:
+        # fold a known value in numpy: coremltools' value inference of sign/abs fails on the
+        # python float a folded scalar reduction leaves (torchvision's transform: a ReduceMax
+        # of a constant, cast to int64)
+        value = np.asarray(x.val)
+        if target == "int32" and value.dtype.kind == "f":
+            value = np.trunc(value)
+        numpy_type = {"fp16": np.float16, "fp32": np.float32, "int32": np.int32, "bool": np.bool_}[target]
+        return mb().const(val=value.astype(numpy_type))
     if target == "int32" and dtype_name(x).startswith("fp"):
         # ONNX float->int casts truncate toward zero
         x = mb().mul(x=mb().sign(x=x), y=mb().floor(x=mb().abs(x=x)))

@@ -133,3 +133,77 @@ def split(ctx: Any, x: np.ndarray, axis: Any, num_splits: Any = None, split_size
 @kernel("stack")
 def stack(ctx: Any, values: list[np.ndarray], axis: Any) -> np.ndarray:
     return np.stack([np.asarray(v) for v in values], axis=int(axis))
+
+
+@kernel("non_maximum_suppression")
+def non_maximum_suppression(ctx: Any, boxes: np.ndarray, scores: np.ndarray, iou_threshold: Any,
+                            max_boxes: Any, score_threshold: Any = None,
+                            per_class_suppression: Any = False) -> tuple:
+    """iOS15: boxes [n, B, 4], scores [n, B, K] -> boxes [n, M, 4], scores [n, M, K], indices
+    [n, M], count [n]. iOS17: boxes [n, 4, B], scores [n, K, B], no score_threshold -> boxes
+    [n, 4, M], scores [n, K, M], indices [n, M]. Boxes are (center x, center y, width, height).
+
+    Per batch, as coremltools' reference of the op (its tests against Core ML): a box's score is
+    its best class's; the candidates are the boxes scoring above ``score_threshold``, taken best
+    first (ties: the lower index first); a candidate is dropped when its IoU with a box already
+    taken (of its own best class, with ``per_class_suppression``) is above ``iou_threshold``;
+    at most ``max_boxes`` are taken. When no box passes the score threshold, the best box is
+    taken all the same. Padding: index -1, boxes and scores 0."""
+    columns = len(ctx.op.outputs) == 3  # the iOS17 layout: boxes along the last axis
+    box = np.asarray(boxes, dtype=np.float32)
+    score = np.asarray(scores, dtype=np.float32)
+    if columns:
+        box, score = np.swapaxes(box, 1, 2), np.swapaxes(score, 1, 2)
+    n_batch, n_box, n_class = score.shape
+    m = int(max_boxes)
+    out_boxes = np.zeros((n_batch, m, 4), np.float32)
+    out_scores = np.zeros((n_batch, m, n_class), np.float32)
+    out_indices = np.full((n_batch, m), -1, np.int32)
+    counts = np.zeros((n_batch,), np.int32)
+    cut = None if score_threshold is None else np.float32(score_threshold)
+    for b in range(n_batch):
+        best = score[b].max(axis=-1) if n_class else np.zeros(n_box, np.float32)
+        label = score[b].argmax(axis=-1) if n_class else np.zeros(n_box, np.int64)
+        taken = _nms_one(box[b], best, label if bool(per_class_suppression) else None,
+                         np.float32(iou_threshold), cut, m)
+        if not taken and n_box and m:
+            taken = [int(np.argmax(best))]
+        k = len(taken)
+        out_boxes[b, :k] = box[b, taken]
+        out_scores[b, :k] = score[b, taken]
+        out_indices[b, :k] = taken
+        counts[b] = k
+    if columns:
+        return np.swapaxes(out_boxes, 1, 2), np.swapaxes(out_scores, 1, 2), out_indices
+    return out_boxes, out_scores, out_indices, counts
+
+
+def _nms_one(box: np.ndarray, score: np.ndarray, label: np.ndarray | None, iou_threshold: np.float32,
+             cut: np.float32 | None, limit: int) -> list[int]:
+    """Greedy NMS of one batch: the indices taken, best first."""
+    candidates = np.arange(len(score)) if cut is None else np.flatnonzero(score > cut)
+    order = candidates[np.argsort(-score[candidates], kind="stable")]
+    half_w, half_h = box[:, 2] / np.float32(2), box[:, 3] / np.float32(2)
+    x_a, x_b = box[:, 0] - half_w, box[:, 0] + half_w
+    y_a, y_b = box[:, 1] - half_h, box[:, 1] + half_h
+    x_lo, x_hi = np.minimum(x_a, x_b), np.maximum(x_a, x_b)
+    y_lo, y_hi = np.minimum(y_a, y_b), np.maximum(y_a, y_b)
+    area = (x_hi - x_lo) * (y_hi - y_lo)
+    dropped = np.zeros(len(score), bool)
+    taken: list[int] = []
+    for i in order:
+        if len(taken) >= limit:
+            break
+        if dropped[i]:
+            continue
+        taken.append(int(i))
+        inter = (np.maximum(np.minimum(x_hi, x_hi[i]) - np.maximum(x_lo, x_lo[i]), np.float32(0))
+                 * np.maximum(np.minimum(y_hi, y_hi[i]) - np.maximum(y_lo, y_lo[i]), np.float32(0)))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            iou = inter / (area + area[i] - inter)
+        # a box of no area overlaps nothing (IoU 0)
+        over = (iou > iou_threshold) & (area > 0) & (area[i] > 0)
+        if label is not None:
+            over &= label == label[i]
+        dropped |= over
+    return taken
