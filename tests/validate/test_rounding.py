@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ml_dtypes
 import numpy as np
+import onnx
 import onnx_ir as ir
 import pytest
 from onnx import TensorProto, helper, numpy_helper
@@ -97,3 +98,24 @@ def test_the_planner_keeps_the_nodes_whose_rounding_cancellation_magnifies():
     plan = plan_keep_fp32(model, feeds, "fp16", lambda _n, scale: 0.01 * scale)
     assert plan is not None and plan.before > 1.0 >= plan.after
     assert plan.kept == ["p", "q", "sub"] and plan.positions == [1, 2, 3]
+
+
+def test_a_value_read_in_both_branches_of_an_if_is_rounded_for_each():
+    """torchvision's detectors read one value in both branches of an If: the rounded copy must
+    give each read its own name (two reads were one duplicate name, which onnxruntime refuses)."""
+    def branch(op: str, name: str) -> onnx.GraphProto:
+        return helper.make_graph([helper.make_node(op, ["r", "k"], [f"{name}_out"])], name, [],
+                                 [helper.make_tensor_value_info(f"{name}_out", TensorProto.FLOAT, [2, 64])])
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w1"], ["h"]), helper.make_node("Relu", ["h"], ["r"]),
+         helper.make_node("If", ["c"], ["y"], then_branch=branch("Mul", "then"), else_branch=branch("Sub", "else"))],
+        "if_reads", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 16]),
+                     helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 64])],
+        [numpy_helper.from_array(W1, "w1"), numpy_helper.from_array(np.float32(3.0), "k")])
+    model = ir.serde.deserialize_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                                                         ir_version=9))
+    x = RNG.standard_normal((2, 16)).astype(np.float32)
+    for c in (True, False):
+        measured = rounding_error(model, [{"x": x, "c": np.array(c)}], "fp16")
+        assert measured is not None and measured.errors["y"] > 0

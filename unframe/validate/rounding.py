@@ -281,19 +281,20 @@ def _switched_copy(model: ir.Model, low: ir.DataType) -> tuple[ir.Model, list[st
             down.outputs[0].name, up.outputs[0].name = f"{value.name}__low", f"{value.name}__rounded"
             rounded, anchor = up.outputs[0], [down, up]
         added = list(anchor)
-        for user, slot in uses:
+        for serial, (user, slot) in enumerate(uses):
             reader = index.get(id(user))
+            tag = reader if reader is not None else f"sub{serial}"  # a read inside a subgraph
             on = [flag(i) for i in (source, reader) if i is not None]
             if not on:
                 continue
             cond = on[0]
             if len(on) == 2:
                 either = ir.node("Or", on)
-                either.outputs[0].name = f"{value.name}__{reader}_or"
+                either.outputs[0].name = f"{value.name}__{tag}_or"
                 added.append(either)
                 cond = either.outputs[0]
             where = ir.node("Where", [cond, rounded, value])
-            where.outputs[0].name = f"{value.name}__{reader}_seen"
+            where.outputs[0].name = f"{value.name}__{tag}_seen"
             where.outputs[0].type = ir.TensorType(ir.DataType.FLOAT)
             added.append(where)
             user.replace_input_with(slot, where.outputs[0])
