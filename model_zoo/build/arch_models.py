@@ -512,7 +512,8 @@ def _tv_detection(factory: str, size: int, **kwargs: Any) -> tuple[Any, Any]:
 def _spread_scores(model: Any, images: list[Any]) -> None:
     """Rescale the layers that write the class logits so the logits have unit spread: perturbed
     weights gave SSD300 logits of std 7 and max 45, a softmax of exactly 1.0 for every kept
-    box, and so a kept set that depends on how each runtime orders ties."""
+    box, and so a kept set that depends on how each runtime orders ties. RetinaNet's (sigmoid)
+    logits are also centred on 0."""
     import torch
     from torch import nn
 
@@ -530,11 +531,15 @@ def _spread_scores(model: Any, images: list[Any]) -> None:
             model.eval()(images)
     finally:
         hook.remove()
-    spread = float(seen[-1].std())
+    spread = max(float(seen[-1].std()), 1e-6)
     with torch.no_grad():
         for conv in finals:
             for p in conv.parameters(recurse=False):
-                p.div_(max(spread, 1e-6))
+                p.div_(spread)
+        if hasattr(head, "cls_logits") and head.cls_logits.bias is not None:
+            # RetinaNet scores by sigmoid, not softmax: logits of mean -165 (after the rescale)
+            # left every score 0, so no box passed its threshold; centre them
+            head.cls_logits.bias.sub_(float(seen[-1].mean()) / spread)
 
 
 # dynamo refuses the data-dependent post-processing: straight to the exporter that takes it
