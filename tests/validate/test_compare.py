@@ -139,3 +139,32 @@ def test_a_default_atol_grows_with_the_output_scale_and_a_users_does_not():
     small = np.array([0.5, 1e-5], np.float32)  # scale below 1: atol as it is
     assert not compare(FnRunner("ref", lambda f: {"y": small}),
                        FnRunner("out", lambda f: {"y": small + np.float32(2e-3)}), {})
+
+
+def _detections(order: list[int], scores: list[float]) -> FnRunner:
+    boxes = np.array([[0, 0, 10, 10], [5, 5, 40, 40], [50, 60, 90, 99], [1, 2, 3, 4]], np.float32)
+    labels = np.array([1, 2, 3, 1], np.int64)
+    s = np.array(scores, np.float32)
+    return FnRunner("side", lambda _f: {"boxes": boxes[order], "scores": s[order], "labels": labels[order]})
+
+
+def test_detections_whose_scores_tie_within_the_tolerance_may_come_in_either_order():
+    """fp16 compute can't order 0.985 and 0.980: the candidate lists those two detections the
+    other way round. Matched by score within the fp16 tolerance, every box and label agrees."""
+    scores = [0.99, 0.985, 0.980, 0.2]
+    ref, swapped = _detections([0, 1, 2, 3], scores), _detections([0, 2, 1, 3], scores)
+    fp16 = lambda _dt: (1e-2, 1e-2)  # noqa: E731
+    result = compare(ref, swapped, [{}], stage="backend", default_fn=fp16)
+    assert result, result.reason
+    assert result.reordered and "2 of 4 rows" in result.reordered[0] and "matched across scores" in result.summary()
+    # at float32's tolerance the two scores don't tie: the same swap is a failure
+    assert not compare(ref, swapped, [{}], stage="export")
+
+
+def test_a_swap_of_detections_whose_scores_differ_still_fails():
+    """The candidate's scores out of order (0.5 before 0.7): a difference, not a tie."""
+    scores = [0.99, 0.7, 0.5, 0.2]
+    ref, swapped = _detections([0, 1, 2, 3], scores), _detections([0, 2, 1, 3], scores)
+    result = compare(ref, swapped, [{}], stage="backend", default_fn=lambda _dt: (1e-2, 1e-2))
+    assert not result and not result.reordered
+    assert "boxes" in result.reason and "labels" in result.reason

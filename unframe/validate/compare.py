@@ -73,6 +73,7 @@ class StageParity:
     cases: int = 0  # how many feeds were compared (e.g. two batch sizes)
     reason: str = ""  # why it failed or was skipped
     feeds_note: str = ""  # which feeds were used when the first ones gave a degenerate reference
+    reordered: list[str] = field(default_factory=list)  # rows matched across tied scores (detections)
     # a decoder's greedy tokens on both sides (unframe.validate.generate.GenerationParity)
     generation: Any = None
 
@@ -126,6 +127,8 @@ class StageParity:
             text += f", atol {floored.rounding:.2g} from {floored.rounding_origin}"
         if self.top1 is not None:
             text += f", top-1 agrees on {self.top1:.0%}"
+        if self.reordered:
+            text += f"; {'; '.join(self.reordered)}"
         if self.generation is not None:
             text += f"; {self.generation.summary()}"
         if self.weak:
@@ -203,6 +206,14 @@ def compare(ref: Runner, out: Runner, feeds: Mapping[str, np.ndarray] | Sequence
         if problem:
             result.status, result.reason = FAILED, problem
             return result
+
+        def slack(name: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+            floor = (floors or {}).get(name, 0.0) if name not in exact else 0.0
+            return _allowed(_tolerance(name, a, b, atol, rtol, exact, defaults, default_fn, floor), a)
+
+        pairs, reordered = match_tied_rows(pairs, slack)
+        if reordered and reordered not in result.reordered:
+            result.reordered.append(reordered)
         for name, (a, b) in pairs.items():
             floor = (floors or {}).get(name, 0.0) if name not in exact else 0.0
             tol = _tolerance(name, a, b, atol, rtol, exact, defaults, default_fn, floor)
@@ -222,6 +233,70 @@ def compare(ref: Runner, out: Runner, feeds: Mapping[str, np.ndarray] | Sequence
         result.status = FAILED
         result.reason = "; ".join(f"output {o.name!r}: {o.reason}" for o in bad)
     return result
+
+
+MAX_TIED_ROWS = 1000  # detections per image beyond which rows are not re-matched
+
+
+def match_tied_rows(pairs: dict[str, tuple[np.ndarray, np.ndarray]], slack: Any
+                    ) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]], str]:
+    """Detections come sorted by score, and scores that tie within the tolerance (fp16 can't tell
+    0.98050 from 0.98039) may come in either order, their boxes and labels with them. For a 1-D
+    float output sorted in descending order in the reference (the scores) and the outputs with
+    as many rows (boxes, labels), each reference row is matched to the candidate row whose score
+    is within ``slack(name, ref, out)`` of its own and whose other outputs are closest; the rows
+    are then compared in that order. A score with no candidate within its slack leaves the
+    order as it is (the comparison says what differs), and so does a candidate whose scores are
+    not themselves in descending order (beyond the slack). Returns the pairs and a note ("" when
+    nothing moved)."""
+    for name, (a, b) in pairs.items():
+        if _kind(a) != "float" or a.ndim != 1 or a.shape != b.shape or not 2 <= a.size <= MAX_TIED_ROWS:
+            continue
+        ref = a.astype(np.float64)
+        if not np.all(np.isfinite(ref)) or not np.all(np.diff(ref) <= 0):
+            continue
+        rows = [n for n, (x, y) in pairs.items()
+                if n != name and x.ndim >= 1 and x.shape[0] == a.shape[0] and y.shape == x.shape]
+        if not rows:
+            continue
+        allowed, out = slack(name, a, b), b.astype(np.float64)
+        if not np.all(np.diff(out) <= allowed[1:]):
+            continue  # the candidate's rows are not in score order: a difference, not a tie
+        k = a.shape[0]
+        used = np.zeros(k, dtype=bool)
+        perm = np.empty(k, dtype=np.int64)
+        for i in range(k):
+            near = np.flatnonzero(~used & (np.abs(out - ref[i]) <= allowed[i]))
+            if near.size == 0:
+                return pairs, ""
+            cost = [sum(_row_distance(pairs[r][0][i], pairs[r][1][j]) for r in rows) for j in near]
+            perm[i] = near[int(np.argmin(cost))]
+            used[perm[i]] = True
+        moved = int(np.count_nonzero(perm != np.arange(k)))
+        if not moved:
+            return pairs, ""
+        matched = dict(pairs)
+        for n in (name, *rows):
+            matched[n] = (pairs[n][0], pairs[n][1][perm])
+        return matched, (f"{moved} of {k} rows of {', '.join(repr(n) for n in (name, *rows))} matched "
+                         "across scores that tie within the tolerance")
+    return pairs, ""
+
+
+def _row_distance(x: np.ndarray, y: np.ndarray) -> float:
+    """How unlike two rows are: any differing integer (a label) outweighs any float distance."""
+    if _kind(np.asarray(x)) in ("int", "bool", "str"):
+        return 1e12 * float(np.count_nonzero(np.asarray(x) != np.asarray(y)))
+    diff = np.abs(np.asarray(x, dtype=np.float64) - np.asarray(y, dtype=np.float64))
+    return float(np.nanmax(diff)) if diff.size else 0.0
+
+
+def _allowed(tol: tolerances.Tolerance, ref: np.ndarray) -> np.ndarray:
+    """The absolute difference ``tol`` allows each element of ``ref``."""
+    a = np.abs(ref.astype(np.float64))
+    scale = float(np.max(a[np.isfinite(a)])) if np.any(np.isfinite(a)) else 0.0
+    atol = tol.atol * max(1.0, scale) if tol.atol_scales else tol.atol
+    return atol + tol.rtol * (scale if tol.of_scale else a)
 
 
 def degenerate(values: Sequence[np.ndarray]) -> str:
