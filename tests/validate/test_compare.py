@@ -7,6 +7,7 @@ import pytest
 
 from unframe.validate.compare import ParityReport, StageParity, compare, compare_arrays
 from unframe.validate.runner import Runner
+from unframe.validate.tolerances import Tolerance
 
 
 class FnRunner(Runner):
@@ -159,6 +160,9 @@ def test_detections_whose_scores_tie_within_the_tolerance_may_come_in_either_ord
     assert result.reordered and "2 of 4 rows" in result.reordered[0] and "matched across scores" in result.summary()
     # at float32's tolerance the two scores don't tie: the same swap is a failure
     assert not compare(ref, swapped, [{}], stage="export")
+    # a 16-bit backend's tolerance relative to the output's scale (one slack for every row)
+    of_scale = lambda _dt: Tolerance(1e-2, 1e-2, of_scale=True)  # noqa: E731
+    assert compare(ref, swapped, [{}], stage="backend", default_fn=of_scale).reordered
 
 
 def test_a_swap_of_detections_whose_scores_differ_still_fails():

@@ -296,7 +296,7 @@ def _allowed(tol: tolerances.Tolerance, ref: np.ndarray) -> np.ndarray:
     a = np.abs(ref.astype(np.float64))
     scale = float(np.max(a[np.isfinite(a)])) if np.any(np.isfinite(a)) else 0.0
     atol = tol.atol * max(1.0, scale) if tol.atol_scales else tol.atol
-    return atol + tol.rtol * (scale if tol.of_scale else a)
+    return np.broadcast_to(atol + tol.rtol * (scale if tol.of_scale else a), a.shape)
 
 
 def degenerate(values: Sequence[np.ndarray]) -> str:
