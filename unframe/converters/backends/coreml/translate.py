@@ -349,8 +349,9 @@ def translate(model: ir.Model, ios: int, options: dict[str, Any]) -> Translation
     legal = legalize(work, ios, str(options.get("precision", "fp16")).lower())
     notes = list(legal.notes)
     if folded:
-        notes.append(f"{folded} rank-6 Reshape/Transpose chain(s) folded to rank 5 (two axes the "
-                     "Transpose keeps together made one; CoreML holds rank 5 at most)")
+        notes.append(f"{folded} rank-6 chain(s) folded to rank 5 (a window Reshape/Transpose's two "
+                     "axes the Transpose keeps together made one, or views through rank 6 made one "
+                     "Reshape; CoreML holds rank 5 at most)")
     if legal.moved:
         shown = "; ".join(legal.moved[:3]) + (f"; +{len(legal.moved) - 3} more" if len(legal.moved) > 3 else "")
         notes.append(f"{len(legal.moved)} node(s) computed in a type their MIL op takes ({shown})")
