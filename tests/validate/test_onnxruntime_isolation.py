@@ -75,3 +75,29 @@ def test_an_onnx_conversion_runs_onnxruntime_apart(tmp_path, crashes_onnxruntime
     with pytest.raises(InputError, match="kv_num_heads=0"):  # and the load check names the cause
         unframe.convert_opset(str(path), 23, output=str(tmp_path / "out.onnx"))
     assert not (tmp_path / "out.onnx").exists()
+
+
+def test_the_reference_evaluator_on_an_outside_graph_runs_apart_within_the_memory_budget():
+    """onnxruntime refuses a Tile whose repeats don't match the input's rank; onnx's reference
+    evaluator (the fallback) would tile it into 6.4 GB in this process (the opset campaign's
+    5 GB peak). Apart, its address space is the memory budget plus the interpreter's own."""
+    import resource
+
+    from unframe import limits
+    from unframe.errors import ResourceLimitError
+    from unframe.validate.onnxruntime import onnx_runner
+
+    graph = helper.make_graph(
+        [helper.make_node("Tile", ["x", "r"], ["y"])], "g", [_vi("x", [4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [onnx.numpy_helper.from_array(np.array([20000, 20000], np.int64), "r")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with untrusted_graphs(), limits.memory_budget(64 << 20):
+        runner = onnx_runner(model)
+        assert runner.name.startswith("onnx.reference") and runner.remote is not None
+        with pytest.raises(ResourceLimitError, match="ran out of memory in its child process"):
+            runner.run({"x": np.ones(4, np.float32)})
+        small = onnx_runner(_relu())  # the next graph still runs (onnxruntime takes this one)
+        np.testing.assert_array_equal(small.run({"x": np.array([-1, 2, -3], np.float32)})["y"], [0, 2, 0])
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 512 * 1024  # KiB: not here

@@ -228,6 +228,8 @@ def _run_session(session: Any, feeds: Mapping[str, np.ndarray], seconds: float |
 SANDBOX = "onnxruntime"
 OPEN_SECONDS = 120.0  # session creation of a graph that takes longer is refused as a hang
 KEEP_BYTES = 256 << 20  # a serialized graph up to this size is kept to reopen it in a new child
+REFERENCE_SANDBOX = "onnx-reference"
+REFERENCE_BASELINE = 2 << 30  # the reference child's own address space (Python, numpy, onnx)
 _untrusted = [0]
 
 
@@ -243,19 +245,24 @@ def untrusted_graphs() -> Iterator[None]:
     finally:
         _untrusted[0] -= 1
         if not _untrusted[0]:
-            box = sandbox.existing(SANDBOX)
-            if box is not None and box.alive():
-                with contextlib.suppress(UnframeError, sandbox.SandboxedFailure):
-                    box.call(_child_forget, what="onnxruntime (dropping sessions)", timeout=30)
+            for name in (SANDBOX, REFERENCE_SANDBOX):
+                box = sandbox.existing(name)
+                if box is not None and box.alive():
+                    with contextlib.suppress(UnframeError, sandbox.SandboxedFailure):
+                        box.call(_child_forget, what=f"{name} (dropping sessions)", timeout=30)
 
 
 class RemoteSession:
     """An onnxruntime session in the ``SANDBOX`` child: opened there, run there; reopened when
     the child was restarted (after a crash or a time limit) since it was opened."""
 
-    def __init__(self, src: _ModelFile, config: SessionConfig) -> None:
+    def __init__(self, src: _ModelFile, config: SessionConfig | None, *, box: str = SANDBOX,
+                 memory_limit: int | None = None) -> None:
+        """``config`` None: onnx's reference evaluator instead of onnxruntime. ``memory_limit``:
+        the child's address space (a fresh child when it differs from the running one's)."""
         self.src: _ModelFile | None = src
         self.config = config
+        self.box_name, self.memory_limit = box, memory_limit
         self.key = uuid.uuid4().hex
         self.generation = -1
         self.inputs: list[IOSpec] = []
@@ -263,13 +270,19 @@ class RemoteSession:
         self._open()
 
     def _box(self) -> sandbox.Sandbox:
-        return sandbox.shared(SANDBOX, keep=True)
+        box = sandbox.shared(self.box_name, keep=True)
+        if box.memory_limit != self.memory_limit:
+            box.close()  # restarted with this limit on the next call
+            box.memory_limit = self.memory_limit
+        return box
 
     def _open(self) -> None:
         box = self._box()
         assert self.src is not None
+        what = "onnxruntime" if self.config is not None else "onnx's reference evaluator"
         reply = box.call(_child_open, self.key, self.src.path, self.src.data, self.config,
-                         what="onnxruntime loading the graph", timeout=OPEN_SECONDS, preload=_child_import,
+                         what=f"{what} loading the graph", timeout=OPEN_SECONDS,
+                         preload=_child_import if self.config is not None else _child_import_reference,
                          hint="the graph holds something onnxruntime can't take; check it with "
                               "`unframe check`, or convert with --no-validate")
         if isinstance(reply, str):  # onnxruntime refused the graph (an exception, not a crash)
@@ -291,7 +304,8 @@ class RemoteSession:
             self._open()
         seconds = limits.remaining()
         try:
-            reply = box.call(_child_run, self.key, dict(feeds), seconds, what="onnxruntime running the graph",
+            what = "onnxruntime" if self.config is not None else "onnx's reference evaluator"
+            reply = box.call(_child_run, self.key, dict(feeds), seconds, what=f"{what} running the graph",
                              timeout=None if seconds is None else max(seconds, 0.0) + 5.0,
                              hint="the graph or its inputs hold something onnxruntime can't take")
         except UnframeError:
@@ -308,12 +322,29 @@ def _child_import() -> None:
     import onnxruntime  # noqa: F401
 
 
+def _child_import_reference() -> None:
+    """(In the reference child, before the first timed call.)"""
+    import onnx.reference  # noqa: F401
+
+
 _SESSIONS: dict[str, Any] = {}  # (in the child) open sessions by key
 
 
-def _child_open(key: str, path: str | None, data: bytes | None, config: SessionConfig
+def _child_open(key: str, path: str | None, data: bytes | None, config: SessionConfig | None
                 ) -> tuple[list[IOSpec], list[str]] | str:
-    """(In the child.) Open a session; onnxruntime's refusal comes back as its message."""
+    """(In the child.) Open a session (``config`` None: onnx's reference evaluator); a refusal
+    comes back as its message."""
+    if config is None:
+        from onnx.reference import ReferenceEvaluator
+
+        try:
+            proto = onnx.load(path) if path else onnx.load_from_string(data)
+            _SESSIONS[key] = ReferenceEvaluator(proto)
+        except Exception as exc:  # noqa: BLE001
+            return f"{type(exc).__name__}: {exc}"
+        inits = {i.name for i in proto.graph.initializer}
+        return ([IOSpec(i.name, (), "") for i in proto.graph.input if i.name not in inits],
+                [o.name for o in proto.graph.output])
     try:
         session = config.session(path or data)
     except Exception as exc:  # noqa: BLE001 - the parent raises it as onnxruntime would
@@ -327,11 +358,16 @@ def _child_run(key: str, feeds: dict[str, np.ndarray], seconds: float | None) ->
     """(In the child.) Run a session under ``seconds`` (onnxruntime's terminate flag)."""
     from unframe import limits
 
+    session = _SESSIONS[key]
     try:
         with limits.time_limit(seconds, "onnxruntime"):
-            return [_plain(v) for v in _run_session(_SESSIONS[key], feeds, seconds)]
+            if not hasattr(session, "get_inputs"):  # onnx's reference evaluator
+                return [_plain(v) for v in _run_reference(session, feeds)]
+            return [_plain(v) for v in _run_session(session, feeds, seconds)]
     except limits.TimeLimitExceeded:
         return "onnxruntime ran past the time limit"
+    except MemoryError:
+        raise  # the sandbox says it as a resource limit (the child's address space is bounded)
     except Exception as exc:  # noqa: BLE001
         return f"{type(exc).__name__}: {exc}"
 
@@ -348,12 +384,21 @@ class ReferenceRunner(Runner):
         from onnx.reference import ReferenceEvaluator
 
         src = _ModelFile(model)
+        self.name = f"onnx.reference {_version('onnx')}"
+        self.why = why
+        self.remote: RemoteSession | None = None
+        if _untrusted[0]:  # numpy on a graph from outside: in a child, its memory bounded
+            from unframe import limits
+
+            self.remote = RemoteSession(src, None, box=REFERENCE_SANDBOX,
+                                        memory_limit=limits.max_memory() + REFERENCE_BASELINE)
+            self._inputs = [i.name for i in self.remote.inputs]
+            self._outputs = list(self.remote.outputs)
+            return
         try:
             proto = src.proto()
         finally:
             src.cleanup()
-        self.name = f"onnx.reference {_version('onnx')}"
-        self.why = why
         self._proto = proto
         self.evaluator = ReferenceEvaluator(proto)
         self._outputs = [o.name for o in proto.graph.output]
@@ -364,9 +409,17 @@ class ReferenceRunner(Runner):
         return list(self._outputs)
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        with np.errstate(all="ignore"):  # a division by zero is a value to compare, not a warning to print
-            values = self.evaluator.run(None, {k: v for k, v in feeds.items() if k in self._inputs})
+        wanted = {k: v for k, v in feeds.items() if k in self._inputs}
+        if self.remote is not None:
+            values = self.remote.run(wanted)
+        else:
+            values = _run_reference(self.evaluator, wanted)
         return {n: _plain(v) for n, v in zip(self._outputs, values, strict=True)}
+
+
+def _run_reference(evaluator: Any, feeds: Mapping[str, np.ndarray]) -> list[Any]:
+    with np.errstate(all="ignore"):  # a division by zero is a value to compare, not a warning to print
+        return evaluator.run(None, dict(feeds))
 
 
 def onnx_runner(model: Any) -> Runner:
