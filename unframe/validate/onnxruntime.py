@@ -390,8 +390,9 @@ class ReferenceRunner(Runner):
         if _untrusted[0]:  # numpy on a graph from outside: in a child, its memory bounded
             from unframe import limits
 
-            self.remote = RemoteSession(src, None, box=REFERENCE_SANDBOX,
-                                        memory_limit=limits.max_memory() + REFERENCE_BASELINE)
+            step = 256 << 20  # rounded up: a budget that follows free memory needn't restart the child
+            limit = -(-(limits.max_memory() + REFERENCE_BASELINE) // step) * step
+            self.remote = RemoteSession(src, None, box=REFERENCE_SANDBOX, memory_limit=limit)
             self._inputs = [i.name for i in self.remote.inputs]
             self._outputs = list(self.remote.outputs)
             return
