@@ -629,6 +629,7 @@ def _check_attributes(node: onnx.NodeProto, sig: _Signature, where: str, in_func
         _check_einsum(node, where)
     _check_head_counts(node, where)
     _check_split(node, where)
+    _check_axis(node, where)
 
 
 # attention head counts: onnxruntime reads them as 32-bit ints and divides by them (Attention with
@@ -650,6 +651,17 @@ def _check_head_counts(node: onnx.NodeProto, where: str) -> None:
     if q and kv and q % kv:
         raise InputError(f"{where}: {_label(node)} has q_num_heads={q}, not a multiple of kv_num_heads={kv}",
                          "the model is broken; re-export it")
+
+
+def _check_axis(node: onnx.NodeProto, where: str) -> None:
+    """An ``axis`` past 32 bits names no axis of any tensor; onnx's shape inference overflows on
+    one (LayerNormalization with axis = 2^63 - 1 and its Mean output segfaulted the process,
+    found by the opset campaign)."""
+    for a in node.attribute:
+        if a.name == "axis" and a.type == onnx.AttributeProto.INT and not a.ref_attr_name \
+                and not -(2**31) <= a.i < 2**31:
+            raise InputError(f"{where}: {_label(node)} has axis={a.i}, which no tensor has",
+                             "the model is broken; re-export it")
 
 
 def _check_split(node: onnx.NodeProto, where: str) -> None:

@@ -191,6 +191,7 @@ def run_plain(args: argparse.Namespace) -> dict[str, Any]:
     from harnesses import HARNESSES, one_input
     from mutators import mutators_for
 
+    faulthandler.enable()  # a segfault or abort of this process prints where, in the log
     harness = HARNESSES[args.harness]
     mutate = mutators_for(harness.mutator)
     seeds = [p.read_bytes() for d in _seed_dirs(args.harness) for p in sorted(d.iterdir())
