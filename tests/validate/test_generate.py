@@ -132,3 +132,19 @@ def test_generated_feeds_agree_on_a_dim_named_as_a_sum() -> None:
         past, new = feed["past_key_values.0.key"].shape[2], feed["input_ids"].shape[1]
         assert feed["attention_mask"].shape[1] == past + new > new
         OnnxRuntimeRunner(path).run(feed)  # a consistent feed: the graph runs on it
+
+
+def test_converting_a_decoder_file_whose_drawn_mask_attends_to_nothing(tmp_path: Path) -> None:
+    """A decoder exported without a cache, converted from its .onnx file: the first drawn feed's
+    attention_mask can be all zeros; the prompt is then the whole row (an empty prompt made
+    onnxruntime's Reshape fail and the conversion exit 3)."""
+    from unframe.validate.generate import prompt_of
+
+    feed = {"input_ids": np.array([[5, 6, 7]]), "attention_mask": np.zeros((1, 3), np.int64)}
+    assert prompt_of(feed).tolist() == [5, 6, 7]
+    feed["attention_mask"] = np.array([[0, 1, 1]])
+    assert prompt_of(feed).tolist() == [6, 7]
+    _, _, path = lm.exported("llama", kv_cache=False)
+    result = unframe.convert(path, to="onnx", opset=20, output=tmp_path / "m.onnx")
+    gen = result.report.stages[-1].generation
+    assert gen is not None and gen.identical == gen.steps, str(result.report)

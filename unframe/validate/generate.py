@@ -140,11 +140,13 @@ def _top1(logits: np.ndarray) -> tuple[int, float]:
 
 
 def prompt_of(feed: dict[str, np.ndarray]) -> np.ndarray:
-    """The first row's attended tokens (padding left out)."""
+    """The first row's attended tokens (padding left out); the whole row when its mask attends
+    to none (a drawn feed's mask can be all zeros: an empty prompt can't be run)."""
     ids = np.asarray(feed["input_ids"])[0]
     mask = feed.get("attention_mask")
     if mask is not None and np.asarray(mask).shape[-1] == ids.shape[-1]:
-        ids = ids[np.asarray(mask)[0] != 0]
+        attended = ids[np.asarray(mask)[0] != 0]
+        ids = attended if attended.size else ids
     return ids.astype(np.int64)
 
 
