@@ -22,7 +22,13 @@ included), ``before_mb`` its RSS just before the measured call, ``seconds`` the 
   to="onnx", opset=N, validate=False)`` and by onnx's own converter
   (``onnx.load(load_external_data=False)`` + ``convert_version`` + ``save``), the anchor;
 - ``synthetic_unframe`` / ``synthetic_onnx``: the same on a synthetic 2 GiB model of 8 tensors of
-  256 MiB each (external data written sparse).
+  256 MiB each (external data written sparse);
+- ``coreml_unframe``: the ``unframe_export`` file to an ML Program (fp16 compute, iOS16) by
+  ``unframe.convert(path, to="coreml", validate=False)``; ``coreml_stateful``: the
+  ``unframe_export_kv`` file to the stateful variant (``stateful=True``: the cache in iOS18
+  states of 2048 tokens); ``coreml_anchor``: coremltools' own torch conversion of the same model
+  (``torch.jit.trace`` of its logits, then ``ct.convert`` to an fp16 ML Program), the anchor.
+  Each says the size of its weights.bin (past 2 GiB at 1B: fp16 halves 4.7 GB).
 
 Each opset case also says whether the external data file is unchanged (size and mtime).
 """
@@ -62,7 +68,8 @@ CONFIGS: dict[str, dict[str, Any]] = {
         rope_theta=1000000.0, tie_word_embeddings=True),
 }
 CASES = ("anchor_export", "unframe_export", "unframe_export_kv", "opset_unframe", "opset_onnx",
-         "synthetic_unframe", "synthetic_onnx")
+         "synthetic_unframe", "synthetic_onnx", "coreml_unframe", "coreml_stateful", "coreml_anchor")
+EXPORTS = ("anchor_export", "unframe_export", "unframe_export_kv")
 
 
 # ------------------------------------------------------------------------------ in the child --
@@ -128,10 +135,69 @@ def convert_opset(which: str, path: Path, out: Path, opset: int) -> None:
     onnx.save(onnx.version_converter.convert_version(model, opset), str(out))
 
 
+def coreml_unframe(source: Path, out: Path, stateful: bool) -> None:
+    import unframe
+
+    unframe.convert(source, to="coreml", output=out, validate=False, force=True,
+                    **({"stateful": True} if stateful else {}))
+
+
+def coreml_anchor(model: Any, out: Path) -> None:
+    """coremltools' documented torch route: trace the logits, convert to an fp16 ML Program."""
+    import coremltools as ct
+    import numpy as np
+    import torch
+
+    class Logits(torch.nn.Module):
+        def __init__(self, inner: Any) -> None:
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, input_ids: Any) -> Any:
+            return self.inner(input_ids=input_ids, use_cache=False, return_dict=False)[0]
+
+    model.config.use_cache = False
+    with torch.no_grad():
+        traced = torch.jit.trace(Logits(model).eval(), (samples()["input_ids"],), check_trace=False)
+    mlmodel = ct.convert(traced, convert_to="mlprogram", compute_precision=ct.precision.FLOAT16,
+                         inputs=[ct.TensorType(name="input_ids", dtype=np.int32,
+                                               shape=(1, ct.RangeDim(1, 2048, default=PROMPT)))],
+                         minimum_deployment_target=ct.target.iOS16, skip_model_load=True)
+    mlmodel.save(str(out))
+
+
+def _weights_bin(out: Path) -> float:
+    found = list(out.rglob("weight.bin")) if out.is_dir() else []
+    return sum(p.stat().st_size for p in found) / 2**20
+
+
 def child(case: str, folder: Path, arch: str, layers: int | None, opset: int) -> dict[str, Any]:
     torchvision_shim()
     row: dict[str, Any] = {"case": case}
-    if case.endswith(("_export", "_export_kv")):
+    if case.startswith("coreml"):
+        out = folder / case / "model.mlpackage"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        if case == "coreml_anchor":
+            import torch
+
+            torch.set_num_threads(2)
+            model = build(arch, layers)
+            row["weight_mb"] = sum(p.numel() * p.element_size() for p in model.parameters()) / 2**20
+            call = lambda: coreml_anchor(model, out)  # noqa: E731
+        else:
+            source = folder / ("unframe_export_kv" if case == "coreml_stateful" else "unframe_export") / "model.onnx"
+            row["weight_mb"] = sum(p.stat().st_size for p in source.parent.iterdir()
+                                   if p.name.startswith(source.name)) / 2**20
+            call = lambda: coreml_unframe(source, out, case == "coreml_stateful")  # noqa: E731
+        row["before_mb"] = rss_mb()
+        t0 = time.perf_counter()
+        call()
+        row["seconds"] = time.perf_counter() - t0
+        row["peak_rss_mb"] = peak_mb()
+        row["output_mb"] = _weights_bin(out)
+        row["note"] = f"weight.bin {row['output_mb']:.0f} MiB"
+        return row
+    if case in EXPORTS:
         import torch
 
         torch.set_num_threads(2)
@@ -154,7 +220,7 @@ def child(case: str, folder: Path, arch: str, layers: int | None, opset: int) ->
     call()
     row["seconds"] = time.perf_counter() - t0
     row["peak_rss_mb"] = peak_mb()
-    if not case.endswith(("_export", "_export_kv")):
+    if case not in EXPORTS:
         row["external_unchanged"] = before == {
             p.name: (p.stat().st_size, p.stat().st_mtime_ns) for p in data}
         row["external_mb"] = sum(s for s, _ in before.values()) / 2**20
@@ -237,6 +303,15 @@ def ratios(rows: dict[str, dict[str, Any]]) -> list[str]:
         if "seconds" in a and "seconds" in b:
             out.append(f"- {ours} / {anchor}: time {a['seconds'] / b['seconds']:.2f}x, "
                        f"peak RSS {a['peak_rss_mb'] / b['peak_rss_mb']:.2f}x")
+    for case in ("coreml_unframe", "coreml_stateful", "coreml_anchor"):
+        r = rows.get(case, {})
+        if "seconds" in r and r.get("weight_mb"):
+            out.append(f"- {case} peak RSS / weight bytes: {r['peak_rss_mb'] / r['weight_mb']:.2f}x "
+                       "(target <= 2.5x)")
+    a, b = rows.get("coreml_unframe", {}), rows.get("coreml_anchor", {})
+    if "seconds" in a and "seconds" in b:
+        out.append(f"- coreml_unframe / coreml_anchor: time {a['seconds'] / b['seconds']:.2f}x, "
+                   f"peak RSS {a['peak_rss_mb'] / b['peak_rss_mb']:.2f}x")
     if "weight_mb" in rows.get("unframe_export", {}):
         r = rows["unframe_export"]
         out.append(f"- unframe_export peak RSS - weights: {r['peak_rss_mb'] - r['weight_mb']:.0f} MiB "

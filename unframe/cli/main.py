@@ -224,6 +224,10 @@ CONVERSION_OPTIONS = [
     click.option("--bias", help="coreml: image bias, comma-separated per channel."),
     click.option("--color-layout", type=click.Choice(["RGB", "BGR", "G"]), help="coreml: image color layout."),
     click.option("--class-labels", help="coreml: file with one class label per line."),
+    click.option("--stateful", is_flag=True, default=None,
+                 help="coreml: keep a --kv-cache decoder's cache in Core ML states (iOS18)."),
+    click.option("--max-context", type=click.IntRange(1), metavar="N",
+                 help="coreml --stateful: tokens the cache states hold (default 2048)."),
     click.option("--shapes", multiple=True, metavar="NAME:MIN:OPT:MAX", help="tensorrt: profile shapes, e.g. x:1x3x64x64:4x3x64x64:8x3x64x64."),
     click.option("--workspace", metavar="SIZE", help="tensorrt: workspace limit, e.g. 4GiB."),
     click.option("--timing-cache", type=click.Path(), help="tensorrt: timing cache to load and save."),
@@ -403,17 +407,21 @@ def opset(model: str, to_opset: int, ml_opset: int | None, output: str, no_valid
 @click.option("--target", "deploy_target", metavar="iOS16|iOS17|...", help="coreml: minimum deployment target.")
 @click.option("--precision", type=click.Choice(["fp32", "fp16", "bf16"]))
 @click.option("--custom-objects", type=click.Path(), help="tf: a .py module defining custom Keras classes (needs --trust).")
+@click.option("--stateful", is_flag=True, default=None, help="coreml: a --kv-cache decoder's cache in Core ML states (iOS18).")
+@click.option("--max-context", type=click.IntRange(1), metavar="N", help="coreml --stateful: tokens the states hold.")
 @click.option("--trust", is_flag=True)
 @json_option
 @debug_option
 @handle_errors
 def check(model: str, from_: str | None, to: str, opset: int | None, deploy_target: str | None,
-          precision: str | None, custom_objects: str | None, trust: bool, as_json: bool, debug: bool) -> None:
+          precision: str | None, custom_objects: str | None, stateful: bool | None, max_context: int | None,
+          trust: bool, as_json: bool, debug: bool) -> None:
     """Pre-flight: every reason each target can't take MODEL, listed at once, without converting."""
     from unframe import api
 
     opts = {k: v for k, v in {"target": deploy_target, "precision": precision,
-                              "custom_objects": custom_objects}.items() if v}
+                              "custom_objects": custom_objects, "stateful": stateful,
+                              "max_context": max_context}.items() if v}
     result = api.check(model, from_=from_, to=to, opset=opset, trust=trust, **opts)
     if as_json:
         click.echo(json.dumps(result.to_dict(), indent=2))

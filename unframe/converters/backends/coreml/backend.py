@@ -3,7 +3,9 @@
 Target options (``Target.options``): ``target`` (iOS16|iOS17|iOS18|macOS13.., default iOS16),
 ``precision`` (fp16, the default like coremltools, or fp32), ``static`` (freeze dynamic dims to
 ``sample_shapes``), ``dims`` ([(dimname or input:axis, min, max)]), ``enumerated``
-({input: [shape, ...]}), ``image_input``/``scale``/``bias``/``color_layout``, ``class_labels``.
+({input: [shape, ...]}), ``image_input``/``scale``/``bias``/``color_layout``, ``class_labels``,
+``stateful`` (a ``--kv-cache`` decoder's cache kept in iOS18 states, ``coreml.states``; the
+target defaults to iOS18) and ``max_context`` (the states' length in tokens).
 
 The runner evaluates the package written under ``workdir`` with the MIL reference evaluator, so
 the parity stage checks the artifact that ships.
@@ -54,15 +56,13 @@ class CoreMLBackend(Backend):
     canonical_opset = CANONICAL_OPSET
     tensor_only = True  # no ai.onnx.ml ops, no strings: the route lowers them first
     option_names = ("target", "precision", "static", "dims", "enumerated", "image_input", "scale",
-                    "bias", "color_layout", "class_labels", "sample_shapes")
+                    "bias", "color_layout", "class_labels", "sample_shapes", "stateful", "max_context")
 
     def distributions(self) -> tuple[str, ...]:
         return ("coremltools",)
 
     def opset_window(self, target: Target) -> tuple[int, int]:
-        from unframe.converters.backends.coreml.translate import ios_of
-
-        opset = ONNX_OPSET_BY_IOS[max(ios_of(target.get("target")), min(ONNX_OPSET_BY_IOS))]
+        opset = ONNX_OPSET_BY_IOS[max(_ios(target), min(ONNX_OPSET_BY_IOS))]
         return opset, opset
 
     def pick_opset(self, target: Target, requested: int | None) -> int:
@@ -76,9 +76,9 @@ class CoreMLBackend(Backend):
         """The same translation ``convert`` runs (legalization and the MIL program, nothing
         written, no parity), so check and convert can't disagree. Without coremltools only the
         static checks run, and a note says so."""
-        from unframe.converters.backends.coreml.translate import check_model, ios_of
+        from unframe.converters.backends.coreml.translate import check_model
 
-        ios = ios_of(target.get("target"))
+        ios = _ios(target)
         options = _option_blockers(model, target)
         if self.missing():
             return check_model(model, ios) + options, [
@@ -89,14 +89,14 @@ class CoreMLBackend(Backend):
     def _translation(self, model: ir.Model, target: Target) -> Translation:
         """The model's translation for ``target``, built once for a check and the convert that
         follows it (``convert`` takes it out of the cache: coremltools' converter changes it)."""
-        from unframe.converters.backends.coreml.translate import ios_of, translate
+        from unframe.converters.backends.coreml.translate import translate
 
         # the nodes marked to stay in float32 change the translation (a plan may add marks)
         key = _options_key(target) + f"|fp32:{sum(keeps_fp32(n) for n in model.graph)}"
         cached = _TRANSLATIONS.get(model)
         if cached is not None and cached[0] == key:
             return cached[1]
-        translation = translate(model, ios_of(target.get("target")), target.options)
+        translation = translate(model, _ios(target), target.options)
         _TRANSLATIONS[model] = (key, translation)
         return translation
 
@@ -118,14 +118,15 @@ class CoreMLBackend(Backend):
         pinned = precision == "fp16" and translation.all_fp32
         meta = {"unframe.names": json.dumps(names, sort_keys=True),
                 "unframe.values": json.dumps(name_map.values, sort_keys=True),
-                "unframe.target": target.get("target", "iOS16"),
+                "unframe.target": _target_name(target),
                 "unframe.precision": "fp32 (every node pinned to fp32)" if pinned else precision}
         artifact = Artifact(kind=kind, model=mlmodel, path=path, metadata=meta,
                             notes=list(translation.notes))
         if pinned:
             artifact.notes.append("computed in fp32: every node of the graph is pinned to fp32 "
                                   "(a classical ML model's labels come from comparing scores)")
-        artifact.metadata["unframe.io"] = json.dumps(_io_record(model, names, plans, mlmodel))
+        artifact.metadata["unframe.io"] = json.dumps(_io_record(model, names, plans, mlmodel,
+                                                                translation.states))
         _write_metadata(artifact)
         return artifact
 
@@ -142,8 +143,9 @@ class CoreMLBackend(Backend):
     def tap(self, artifact: Artifact, target: Target) -> Any:
         from unframe.locate.taps import MilTap
 
-        if artifact.path is None:
-            return None
+        io = json.loads(artifact.metadata["unframe.io"])
+        if artifact.path is None or io.get("states"):
+            return None  # a stateful package's outputs come through its states, not one call
         return MilTap(artifact.path, json.loads(artifact.metadata["unframe.io"]),
                       json.loads(artifact.metadata.get("unframe.values", "{}")))
 
@@ -154,8 +156,8 @@ class CoreMLBackend(Backend):
         return _precision(target)
 
     def tolerance(self, dtype: np.dtype, target: Target) -> Tolerance | None:
-        if _precision(target) == "fp16" and np.dtype(dtype).kind == "f":
-            # fp16 compute: ~3 significant digits per op, accumulated; an element's error follows
+        if (_precision(target) == "fp16" or target.get("stateful")) and np.dtype(dtype).kind == "f":
+            # fp16 compute (or an fp16 KV cache: Core ML states are fp16, whatever the compute): ~3 significant digits per op, accumulated; an element's error follows
             # the values summed into it, so rtol is of the output's scale (validate.tolerances)
             return Tolerance(2e-2, 2e-2, of_scale=True)
         return None
@@ -182,6 +184,19 @@ class CoreMLBackend(Backend):
 
 def _text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
+
+
+def _target_name(target: Target) -> str:
+    """The deployment target: as given, else iOS18 for a stateful package, else the default."""
+    from unframe.converters.backends.coreml.translate import DEFAULT_TARGET
+
+    return str(target.get("target") or ("iOS18" if target.get("stateful") else DEFAULT_TARGET))
+
+
+def _ios(target: Target) -> int:
+    from unframe.converters.backends.coreml.translate import ios_of
+
+    return ios_of(_target_name(target))
 
 
 def _precision(target: Target) -> str:
@@ -215,10 +230,10 @@ def _build(translation: Translation, target: Target) -> Any:
     import io
 
     from unframe.converters.backends.coreml.mil_eval._ct import import_coremltools
-    from unframe.converters.backends.coreml.translate import ct_inputs, ct_target, ios_of
+    from unframe.converters.backends.coreml.translate import ct_inputs, ct_target
 
     ct = import_coremltools()
-    ios = ios_of(target.get("target"))
+    ios = _ios(target)
     fp32_ops = translation.fp32_ops
     precision = ct.precision.FLOAT16 if _precision(target) == "fp16" else ct.precision.FLOAT32
     if precision == ct.precision.FLOAT16 and fp32_ops:  # comparisons and sums of lowered ML ops
@@ -267,16 +282,20 @@ def _labels(labels: Any) -> list[Any]:
     return list(labels)
 
 
-def _io_record(model: ir.Model, names: dict[str, str], plans: list[Any], mlmodel: Any = None
-               ) -> dict[str, Any]:
+def _io_record(model: ir.Model, names: dict[str, str], plans: list[Any], mlmodel: Any = None,
+               states: list[Any] = ()) -> dict[str, Any]:
     """How ONNX inputs/outputs map onto the package's: names and the ONNX dtypes to restore.
 
     A classifier (``class_labels``) has Core ML's own outputs instead of the probabilities tensor:
-    the predicted label and a ``{label: probability}`` dict, which stands for that tensor."""
+    the predicted label and a ``{label: probability}`` dict, which stands for that tensor. A
+    stateful package's cache (``states``) is recorded apart: its past inputs and present outputs
+    are not the package's."""
     inputs = [{"onnx": p.onnx_name, "mil": p.mil_name, "dtype": _np_name(p.dtype),
                "shape": [d if isinstance(d, int) else None for d in p.shape]} for p in plans]
+    written = {s.present for s in states}
     outputs = [{"onnx": o.name, "mil": names[o.name], "dtype": _np_name(o.dtype),
-                "rank": None if o.shape is None else len(o.shape)} for o in model.graph.outputs]
+                "rank": None if o.shape is None else len(o.shape)} for o in model.graph.outputs
+               if o.name not in written]
     if mlmodel is not None:
         description = mlmodel.get_spec().description
         probs = description.predictedProbabilitiesName
@@ -284,7 +303,13 @@ def _io_record(model: ir.Model, names: dict[str, str], plans: list[Any], mlmodel
         missing = [o for o in outputs if o["mil"] not in present]
         if probs and len(missing) == 1:
             missing[0]["mil"] = probs
-    return {"inputs": inputs, "outputs": outputs}
+    record: dict[str, Any] = {"inputs": inputs, "outputs": outputs}
+    if states:
+        dtypes = {v.name: _np_name(v.dtype) for v in [*model.graph.inputs, *model.graph.outputs]}
+        record["states"] = [{"past": s.past, "present": s.present, "mil": s.mil_name,
+                             "shape": list(s.shape), "dtype": dtypes.get(s.present, "float32")}
+                            for s in states]
+    return record
 
 
 def _np_name(dt: ir.DataType | None) -> str:
@@ -314,17 +339,32 @@ class CoreMLRunner(Runner):
     (int64 inputs go in as int32, bool as int32, float64 as float32; outputs are cast back)."""
 
     def __init__(self, inner: Runner, io: dict[str, Any]) -> None:
+        from unframe.converters.backends.coreml.states import StatefulIO
+
         self.inner = inner
         self.io = io
         self.name = inner.name
+        states = io.get("states") or []
+        # a stateful package is fed and read as the graph it came from (coreml.states)
+        self.stateful = StatefulIO(states) if states else None
 
     def input_specs(self) -> list[TensorSpec]:
-        return [TensorSpec(i["onnx"], tuple(i["shape"]), i["dtype"]) for i in self.io["inputs"]]
+        specs = [TensorSpec(i["onnx"], tuple(i["shape"]), i["dtype"]) for i in self.io["inputs"]]
+        for s in self.io.get("states") or []:
+            specs.append(TensorSpec(s["past"], (1, s["shape"][1], None, s["shape"][3]), s["dtype"]))
+        return specs
 
     def output_names(self) -> list[str]:
-        return [o["onnx"] for o in self.io["outputs"]]
+        return [o["onnx"] for o in self.io["outputs"]] + [s["present"] for s in self.io.get("states") or []]
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        batch = int(np.asarray(feeds["input_ids"]).shape[0]) if self.stateful is not None else 1
+        if batch > 1:  # states hold one sequence: a batch runs row by row, as an app would
+            rows = [self.run({k: np.asarray(v)[b:b + 1] for k, v in feeds.items()}) for b in range(batch)]
+            return {k: np.concatenate([r[k] for r in rows]) for k in rows[0]}
+        cached = None
+        if self.stateful is not None:
+            cached = self.stateful.before(feeds, self.inner.states)
         mil_feeds = {}
         for spec in self.io["inputs"]:
             value = np.asarray(feeds[spec["onnx"]])
@@ -341,6 +381,10 @@ class CoreMLRunner(Runner):
                     raw = raw.reshape((1,) * (o["rank"] - 1) + (-1,))
             value = _restore(np.asarray(raw), o["dtype"])
             result[o["onnx"]] = value.reshape(()) if o.get("rank") == 0 and value.size == 1 else value
+        if self.stateful is not None and cached is not None:
+            total = cached + int(np.asarray(feeds["input_ids"]).shape[1])
+            result.update(self.stateful.after(self.inner.states, total,
+                                              {s["present"]: s["dtype"] for s in self.io["states"]}))
         return result
 
 

@@ -22,6 +22,13 @@ import onnx_ir as ir
 from unframe.converters.backends.coreml.context import MIL_DTYPES, TranslateContext, mil_type, np_const
 from unframe.converters.backends.coreml.ops import ALTERNATIVES, TRANSLATORS
 from unframe.converters.backends.coreml.rank import MAX_RANK, fold_high_rank_windows
+from unframe.converters.backends.coreml.states import (
+    StateEdges,
+    StatePlan,
+    fix_batch,
+    max_context,
+    plan_states,
+)
 from unframe.errors import Blocker, ConversionError, UsageError
 from unframe.opset import is_default_domain
 from unframe.passes import keeps_fp32
@@ -176,8 +183,11 @@ class InputPlan:
     enumerated: list[tuple[int, ...]] = field(default_factory=list)
 
 
-def plan_inputs(model: ir.Model, names: NameMap, options: dict[str, Any]) -> list[InputPlan]:
-    inits = model.graph.initializers
+def plan_inputs(model: ir.Model, names: NameMap, options: dict[str, Any], *,
+                skip: Iterable[str] = (), default_range: tuple[int, int] = DEFAULT_RANGE
+                ) -> list[InputPlan]:
+    """The program's inputs (``skip``: inputs that become states)."""
+    inits = {*model.graph.initializers, *skip}
     static = bool(options.get("static"))
     samples: dict[str, Sequence[int]] = options.get("sample_shapes") or {}
     dims = _parse_dims(options.get("dims") or [])
@@ -204,7 +214,7 @@ def plan_inputs(model: ir.Model, names: NameMap, options: dict[str, Any]) -> lis
                 shape.append(int(sample[axis]))
                 continue
             shape.append(dim_name)
-            bounds[axis] = dims.get(dim_name) or dims.get(f"{v.name}:{axis}") or DEFAULT_RANGE
+            bounds[axis] = dims.get(dim_name) or dims.get(f"{v.name}:{axis}") or default_range
         plans.append(InputPlan(v.name, names.add(v.name), shape, v.dtype or ir.DataType.FLOAT,
                                bounds, [tuple(s) for s in enumerated.get(v.name, [])]))
     return plans
@@ -223,11 +233,14 @@ def _parse_dims(dims: Iterable[Any]) -> dict[str, tuple[int, int]]:
 
 
 def build_program(model: ir.Model, ios: int, plans: list[InputPlan], names: NameMap,
-                  translator: GraphTranslator | None = None) -> Program:
+                  translator: GraphTranslator | None = None, states: Sequence[StatePlan] = ()
+                  ) -> Program:
     """The MIL program of the model's main graph; the translator's ``fp32_ops`` collects the
-    output names of the MIL ops that must stay in float32."""
+    output names of the MIL ops that must stay in float32. ``states``: cache inputs kept in
+    Core ML states (``coreml.states``), read before the graph and written after it."""
     from coremltools.converters.mil import Builder as mb
-    from coremltools.converters.mil.mil import Function, Placeholder, Program, get_new_symbol
+    from coremltools.converters.mil.mil import Function, Placeholder, Program, get_new_symbol, types
+    from coremltools.converters.mil.mil.program import StateTensorPlaceholder
 
     symbols: dict[str, Any] = {}
     placeholders = {}
@@ -237,6 +250,8 @@ def build_program(model: ir.Model, ios: int, plans: list[InputPlan], names: Name
         # ML programs take fp16/fp32/int32 inputs: bool comes in as int32 and is cast inside.
         dtype = mil_type(ir.DataType.INT32 if p.dtype == ir.DataType.BOOL else p.dtype)
         placeholders[p.mil_name] = Placeholder(shape, dtype=dtype)
+    for st in states:
+        placeholders[st.mil_name] = StateTensorPlaceholder(list(st.shape), dtype=types.fp16)
     prog = Program()
     translator = translator or GraphTranslator(ios, names)
     with Function(placeholders, opset_version=ct_target(ios)) as func:
@@ -246,8 +261,15 @@ def build_program(model: ir.Model, ios: int, plans: list[InputPlan], names: Name
             if not p.shape:
                 var = mb.squeeze(x=var, axes=[0])
             env[p.onnx_name] = mb.cast(x=var, dtype="bool") if p.dtype == ir.DataType.BOOL else var
+        edges = StateEdges(list(states), func.inputs) if states else None
+        if edges is not None:
+            edges.read(env, {v.name: v.dtype for v in model.graph.inputs if v.dtype is not None})
         translator.run_graph(model.graph, env)
-        func.set_outputs([_named_output(env, o, names) for o in model.graph.outputs])
+        if edges is not None:
+            edges.write(env)
+        written = {st.present for st in states}
+        func.set_outputs([_named_output(env, o, names) for o in model.graph.outputs
+                          if o.name not in written])
     prog.add_function("main", func)
     return prog
 
@@ -330,6 +352,7 @@ class Translation:
     # whether every node of the graph is so marked (then the whole program is fp32)
     fp32_ops: set[str] = field(default_factory=set)
     all_fp32: bool = False
+    states: list[StatePlan] = field(default_factory=list)  # --stateful: the cache's states
 
 
 def translate(model: ir.Model, ios: int, options: dict[str, Any]) -> Translation:
@@ -358,10 +381,24 @@ def translate(model: ir.Model, ios: int, options: dict[str, Any]) -> Translation
     if legal.blockers:
         return Translation(legal.blockers, notes)
     names = NameMap()
-    plans = plan_inputs(work, names, options)
+    states: list[StatePlan] = []
+    default_range = DEFAULT_RANGE
+    if options.get("stateful"):
+        found, state_blockers = plan_states(work, ios, options)
+        if state_blockers:
+            return Translation(state_blockers, notes)
+        pinned = fix_batch(work, found)
+        states = [StatePlan(past, present, names.add(past), shape) for past, present, shape in found]
+        default_range = (1, max_context(options))
+        notes.append(f"KV cache kept in {len(states)} Core ML state(s) of {max_context(options)} "
+                     f"tokens each (fp16, batch 1{f'; {pinned} input batch dim(s) pinned to 1' if pinned else ''}): "
+                     "the package takes the new tokens and the attention mask, and returns the "
+                     "logits (--max-context sets the length)")
+    plans = plan_inputs(work, names, options, skip=[st.past for st in states],
+                        default_range=default_range)
     translator = GraphTranslator(ios, names)
     try:
-        program = build_program(work, ios, plans, names, translator)
+        program = build_program(work, ios, plans, names, translator, states)
     except ConversionError as exc:
         return Translation([_failure_blocker(exc, translator.at)], notes)
     notes.extend(translator.notes)
@@ -369,7 +406,7 @@ def translate(model: ir.Model, ios: int, options: dict[str, Any]) -> Translation
     if too_deep:
         return Translation(too_deep, notes)
     all_fp32 = len(work.graph) > 0 and all(keeps_fp32(n) for n in work.graph)
-    return Translation([], notes, program, names, plans, translator.fp32_ops, all_fp32)
+    return Translation([], notes, program, names, plans, translator.fp32_ops, all_fp32, states)
 
 
 

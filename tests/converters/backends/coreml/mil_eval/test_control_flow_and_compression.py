@@ -13,7 +13,7 @@ OPS_TESTED = {"cond", "while_loop", "select", "make_list", "list_write", "list_r
               "list_scatter", "list_length", "constexpr_affine_dequantize", "constexpr_cast",
               "constexpr_blockwise_shift_scale", "constexpr_lut_to_dense", "constexpr_sparse_to_dense",
               "constexpr_lut_to_sparse", "constexpr_sparse_blockwise_shift_scale", "quantize", "dequantize",
-              "crop"}
+              "crop", "read_state"}
 
 
 def _control_flow_program() -> Any:
@@ -137,3 +137,33 @@ def test_quantize_dequantize_and_crop() -> None:
     np.testing.assert_array_equal(q, want_q)
     np.testing.assert_allclose(dq, (want_q.astype(np.float32) - zp[:, None]) * scale[:, None], rtol=1e-6)
     np.testing.assert_array_equal(cropped, x.reshape(1, 1, 2, 5)[:, :, 1:, 1:3])
+
+
+def test_states_carry_from_call_to_call() -> None:
+    """read_state / coreml_update_state (iOS18): an accumulator state; the caller's ``states``
+    dict carries it to the next call, as Core ML's MLState does."""
+    import coremltools as ct
+    from coremltools.converters.mil.mil import Function, Placeholder, Program
+    from coremltools.converters.mil.mil.program import StateTensorPlaceholder
+
+    from unframe.converters.backends.coreml.mil_eval.evaluator import evaluate
+
+    inputs = {"x": Placeholder([3], dtype=types.fp32), "acc": StateTensorPlaceholder([3], dtype=types.fp16)}
+    with Function(inputs, opset_version=ct.target.iOS18) as func:
+        before = mb.read_state(input=func.inputs["acc"])
+        total = mb.add(x=before, y=mb.cast(x=func.inputs["x"], dtype="fp16"))
+        mb.coreml_update_state(state=func.inputs["acc"], value=total)
+        func.set_outputs([mb.cast(x=mb.mul(x=before, y=np.float16(2)), dtype="fp32", name="y")])
+    program = Program()
+    program.add_function("main", func)
+    x = np.array([1.5, -2.0, 0.25], np.float32)
+    states: dict[str, np.ndarray] = {}
+    first = evaluate(program, {"x": x}, states=states)["y"]
+    np.testing.assert_array_equal(first, np.zeros(3))  # a fresh state is zeros
+    np.testing.assert_array_equal(states["acc"], x.astype(np.float16))
+    second = evaluate(program, {"x": x}, states=states)["y"]
+    np.testing.assert_array_equal(second, 2 * x)  # read before this call's update
+    np.testing.assert_array_equal(states["acc"], (2 * x).astype(np.float16))
+    assert states["acc"].dtype == np.float16
+    again = evaluate(program, {"x": x})["y"]  # no states kept: starts from zeros again
+    np.testing.assert_array_equal(again, np.zeros(3))

@@ -133,7 +133,7 @@ def _conform(value: Any, var: Any, op: Any) -> Any:
 
     if isinstance(value, (str, list, dict)) or types.is_list(var.sym_type):
         return value  # strings, lists and a classifier's {label: probability} dict
-    if types.is_state(var.sym_type) if hasattr(types, "is_state") else False:
+    if is_state(var):
         return value
     array = np.asarray(value)
     dtype = np.dtype(numpy_dtype(var.dtype))
@@ -177,14 +177,48 @@ def _unsupported(ops: Sequence[Any], function: str) -> UnsupportedError:
     )
 
 
+class StateCell:
+    """A state input's value: an array ``read_state`` copies out and ``coreml_update_state``
+    replaces, which outlives the call when the caller keeps the ``states`` dict (as MLState)."""
+
+    def __init__(self, states: dict[str, np.ndarray], name: str) -> None:
+        self.states, self.name = states, name
+
+    @property
+    def value(self) -> np.ndarray:
+        return self.states[self.name]
+
+    @value.setter
+    def value(self, array: np.ndarray) -> None:
+        self.states[self.name] = array
+
+
+def is_state(var: Any) -> bool:
+    types = mil_types()
+    return bool(getattr(types, "is_state", None) and types.is_state(var.sym_type))
+
+
+def state_inputs(func: Any) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+    """The function's state inputs: name -> (shape, dtype) of the tensor each wraps."""
+    out = {}
+    for name, var in func.inputs.items():
+        if is_state(var):
+            wrapped = var.sym_type.wrapped_type()
+            out[name] = (tuple(int(d) for d in wrapped.get_shape()),
+                         np.dtype(numpy_dtype(wrapped.get_primitive())))
+    return out
+
+
 def evaluate(program: Any, inputs: Mapping[str, np.ndarray], function: str = "main",
-             *, record: set[str] | None = None, capture: dict[str, Any] | None = None
-             ) -> dict[str, np.ndarray]:
+             *, record: set[str] | None = None, capture: dict[str, Any] | None = None,
+             states: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
     """Evaluate ``function`` of a MIL ``Program`` on ``inputs``; outputs by name, in program order.
 
     Inputs are cast to the dtypes the function declares. ``record``, when given, receives the
     op types that were evaluated (tests use it to prove kernel coverage); ``capture`` receives
-    every top-level op's output values by var name (the divergence locator's tap).
+    every top-level op's output values by var name (the divergence locator's tap). ``states``
+    holds the values of the function's state inputs (zeros when absent) and receives their
+    values after the call, so a caller that keeps it carries them to the next call.
     """
     if function not in program.functions:
         raise InputError(f"MIL program has no function {function!r}",
@@ -195,6 +229,14 @@ def evaluate(program: Any, inputs: Mapping[str, np.ndarray], function: str = "ma
         raise _unsupported(missing, function)
     ev = _Evaluator(function)
     feeds = _bind_inputs(func, inputs, function)
+    states = {} if states is None else states
+    for name, (shape, dtype) in state_inputs(func).items():
+        if name not in states:
+            states[name] = np.zeros(shape, dtype)
+        elif tuple(np.shape(states[name])) != shape:
+            raise InputError(f"MIL state {name!r} is {shape}, got an array of shape "
+                             f"{np.shape(states[name])}", "give each state its declared shape")
+        feeds[name] = StateCell(states, name)
     for name, var in func.inputs.items():
         ev.values[id(var)] = feeds[name]
     outputs = ev.run_block(func)
@@ -209,12 +251,14 @@ def evaluate(program: Any, inputs: Mapping[str, np.ndarray], function: str = "ma
 
 
 def _bind_inputs(func: Any, inputs: Mapping[str, np.ndarray], function: str) -> dict[str, Any]:
-    absent = [name for name in func.inputs if name not in inputs]
+    absent = [name for name, var in func.inputs.items() if name not in inputs and not is_state(var)]
     if absent:
         raise InputError(f"MIL function {function!r} needs inputs {absent}",
                          f"give every input of: {', '.join(func.inputs)}")
     feeds: dict[str, Any] = {}
     for name, var in func.inputs.items():
+        if is_state(var):
+            continue
         array = np.asarray(inputs[name]).astype(numpy_dtype(var.dtype), copy=False)
         shape = var.shape
         if shape is not None and len(shape) != array.ndim:

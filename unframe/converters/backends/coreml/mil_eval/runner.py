@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from unframe.converters.backends.coreml.mil_eval._ct import import_coremltools
-from unframe.converters.backends.coreml.mil_eval.evaluator import evaluate, numpy_dtype
+from unframe.converters.backends.coreml.mil_eval.evaluator import evaluate, is_state, numpy_dtype
 from unframe.converters.backends.coreml.mil_eval.registry import KernelError
 from unframe.errors import InputError
 from unframe.validate.runner import Runner, TensorSpec
@@ -109,6 +109,8 @@ class MILRunner(Runner):
                              f"functions: {', '.join(self.program.functions)}")
         self.name = f"MIL evaluator (coremltools {ct.__version__})"
         self.ops_evaluated: set[str] = set()
+        # the function's states (iOS18), kept from call to call as Core ML's MLState keeps them
+        self.states: dict[str, np.ndarray] = {}
 
     @property
     def _function(self) -> Any:
@@ -116,14 +118,15 @@ class MILRunner(Runner):
 
     def input_specs(self) -> list[TensorSpec]:
         return [TensorSpec(name, _shape(var), np.dtype(numpy_dtype(var.dtype)).name)
-                for name, var in self._function.inputs.items()]
+                for name, var in self._function.inputs.items() if not is_state(var)]
 
     def output_names(self) -> list[str]:
         return [var.name for var in self._function.outputs]
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         try:
-            return evaluate(self.program, dict(feeds), self.function, record=self.ops_evaluated)
+            return evaluate(self.program, dict(feeds), self.function, record=self.ops_evaluated,
+                            states=self.states)
         except KernelError as exc:
             if self.vouched:  # a program unframe wrote: the evaluator's own failure
                 raise
