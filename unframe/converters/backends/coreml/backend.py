@@ -229,20 +229,17 @@ def _build(translation: Translation, target: Target) -> Any:
     import contextlib
     import io
 
+    from unframe.converters.backends.coreml import passes
     from unframe.converters.backends.coreml.mil_eval._ct import import_coremltools
     from unframe.converters.backends.coreml.translate import ct_inputs, ct_target
 
     ct = import_coremltools()
     ios = _ios(target)
     fp32_ops = translation.fp32_ops
-    precision = ct.precision.FLOAT16 if _precision(target) == "fp16" else ct.precision.FLOAT32
-    if precision == ct.precision.FLOAT16 and fp32_ops:  # comparisons and sums of lowered ML ops
-        if translation.all_fp32:  # the backend notes this (convert)
-            precision = ct.precision.FLOAT32
-        else:
-            precision = ct.transform.FP16ComputePrecision(
-                op_selector=lambda op: not _keeps_fp32(op, fp32_ops))
-    kwargs: dict[str, Any] = {}
+    fp16 = _precision(target) == "fp16" and not translation.all_fp32  # (the backend notes all-fp32)
+    selector = (lambda op: not _keeps_fp32(op, fp32_ops)) if fp16 and fp32_ops else None
+    precision = ct.precision.FLOAT16 if fp16 else ct.precision.FLOAT32
+    kwargs: dict[str, Any] = {"pass_pipeline": passes.pipeline(fp16, selector)}
     labels = target.get("class_labels")
     if labels:
         kwargs["classifier_config"] = ct.ClassifierConfig(_labels(labels))

@@ -314,10 +314,13 @@ def _fit_fp16(model: ir.Model) -> list[str]:
 
 
 def _fitted(array: np.ndarray) -> np.ndarray | None:
-    """``array`` with finite values beyond fp16's range saturated, or None if none are."""
-    finite = np.isfinite(array)
-    if not np.any(finite & (np.abs(array) > _FP16_MAX)):
+    """``array`` with finite values beyond fp16's range saturated, or None if none are (checked
+    in slices: a 1 GB embedding makes no tensor-sized temporaries)."""
+    from unframe.converters.backends.coreml.passes import magnitudes
+
+    if not any(np.any(np.isfinite(part) & (part > _FP16_MAX)) for part in magnitudes(array)):
         return None
+    finite = np.isfinite(array)
     return np.where(finite, np.clip(array, -_FP16_MAX, _FP16_MAX), array).astype(array.dtype)
 
 

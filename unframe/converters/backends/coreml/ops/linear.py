@@ -9,10 +9,44 @@ from unframe.converters.backends.coreml.ops import translator
 from unframe.converters.backends.coreml.ops._util import mb, scalar
 
 
+class TransposedWeight:
+    """A constant whose last two axes a Transpose swaps, used by MatMuls only: each reads it with
+    ``transpose_y`` instead of a transposed copy being folded (a decoder's tied embedding is the
+    lm_head's weight transposed: 1 GB at Llama-3.2-1B, then stored twice in weight.bin)."""
+
+    op = None  # not a MIL var: nothing names it
+
+    def __init__(self, source: Any) -> None:
+        self.source = source
+
+
+def transposed_for_matmuls(ctx: TranslateContext, perm: list[int]) -> TransposedWeight | None:
+    """(For a Transpose node.) The deferred transpose when its input is a constant, ``perm`` swaps
+    the last two axes only, and every use of its output is a MatMul's second input in this graph."""
+    rank = len(perm)
+    if rank < 2 or perm != [*range(rank - 2), rank - 1, rank - 2] or ctx.const(0) is None:
+        return None
+    out = ctx.node.outputs[0]
+    graph = ctx.node.graph
+    if graph is None or out in graph.outputs:
+        return None
+    uses = list(out.uses())
+    if not uses or any(u.node.op_type != "MatMul" or u.idx != 1 or u.node.graph is not graph for u in uses):
+        return None
+    return TransposedWeight(ctx.x(0))
+
+
 @translator("MatMul")
 def matmul(ctx: TranslateContext) -> Any:
     """1-D operands are promoted to matrices and the added axis removed afterwards (numpy rules)."""
-    m, a, b = mb(), ctx.x(0), ctx.x(1)
+    m, a = mb(), ctx.x(0)
+    weight = ctx.inputs[1] if len(ctx.inputs) > 1 else None
+    if isinstance(weight, TransposedWeight):
+        if ctx.rank(0) == 1:
+            return m.squeeze(x=m.matmul(x=m.expand_dims(x=a, axes=[0]), y=weight.source, transpose_y=True),
+                             axes=[-2])
+        return m.matmul(x=a, y=weight.source, transpose_y=True)
+    b = ctx.x(1)
     squeeze = []
     if ctx.rank(0) == 1:
         a = m.expand_dims(x=a, axes=[0])

@@ -23,6 +23,7 @@ from unframe.converters.backends.coreml.ops._util import (
     shape_of,
     static_dims,
 )
+from unframe.converters.backends.coreml.ops.linear import transposed_for_matmuls
 
 
 @translator("Identity")
@@ -124,7 +125,9 @@ def transpose(ctx: TranslateContext) -> Any:
     perm = ctx.attr("perm")
     if perm is None:
         perm = list(reversed(range(ctx.rank(0))))
-    return mb().transpose(x=ctx.x(0), perm=[int(p) for p in perm])
+    perm = [int(p) for p in perm]
+    deferred = transposed_for_matmuls(ctx, perm)  # a weight MatMuls read with transpose_y
+    return deferred if deferred is not None else mb().transpose(x=ctx.x(0), perm=perm)
 
 
 @translator("Concat")

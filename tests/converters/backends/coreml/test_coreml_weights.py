@@ -1,0 +1,112 @@
+"""How the CoreML backend holds weights: a weight MatMuls read transposed is never copied (a
+decoder's tied embedding is stored once), and the fp16 overflow check that decides which ops
+compute in fp16 answers as coremltools' own does, in slices instead of tensor-sized temporaries."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+ct = pytest.importorskip("coremltools", reason="needs coremltools (the 'coreml' extra)")
+
+import unframe  # noqa: E402
+from unframe.converters.backends.coreml import passes  # noqa: E402
+
+VOCAB, HIDDEN = 512, 64
+
+
+def _tied(tmp_path: Path, extra_use: bool) -> Path:
+    """ids -> Gather(E) -> tanh -> MatMul(., Transpose(E)): an embedding and its tied lm_head.
+    ``extra_use``: the transposed weight also feeds an Add (then it must be materialized)."""
+    rng = np.random.default_rng(0)
+    table = rng.standard_normal((VOCAB, HIDDEN)).astype(np.float32)
+    nodes = [helper.make_node("Gather", ["E", "ids"], ["h"]),
+             helper.make_node("Tanh", ["h"], ["t"]),
+             helper.make_node("Transpose", ["E"], ["Et"], perm=[1, 0]),
+             helper.make_node("MatMul", ["t", "Et"], ["logits"])]
+    outputs = [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, "n", VOCAB])]
+    if extra_use:
+        nodes.append(helper.make_node("ReduceSum", ["Et"], ["total"], keepdims=0))
+        outputs.append(helper.make_tensor_value_info("total", TensorProto.FLOAT, []))
+    graph = helper.make_graph(nodes, "tied", [helper.make_tensor_value_info("ids", TensorProto.INT64, [1, "n"])],
+                              outputs, [numpy_helper.from_array(table, "E")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    model.ir_version = 10
+    path = tmp_path / "tied.onnx"
+    onnx.save(model, path)
+    return path
+
+
+def _weight_bin(package: Path) -> int:
+    return sum(p.stat().st_size for p in package.rglob("weight.bin"))
+
+
+@pytest.mark.parametrize("precision", ["fp16", "fp32"])
+def test_tied_embedding_is_stored_once(tmp_path: Path, precision: str) -> None:
+    source = _tied(tmp_path, extra_use=False)
+    out = tmp_path / "tied.mlpackage"
+    result = unframe.convert(source, to="coreml", precision=precision, output=out)
+    stage = next(s for s in result.report.stages if s.candidate.startswith("MIL evaluator"))
+    assert stage.status == "passed", str(result.report)
+    assert max(o.max_abs for o in stage.outputs) > 0  # the comparison saw real values
+    itemsize = 2 if precision == "fp16" else 4
+    table = VOCAB * HIDDEN * itemsize
+    assert table <= _weight_bin(out) < 1.5 * table  # once, not twice
+    ops = _op_types(out)
+    assert "transpose" not in ops and ops.count("matmul") == 1
+
+
+def test_a_transposed_weight_with_other_uses_is_materialized(tmp_path: Path) -> None:
+    source = _tied(tmp_path, extra_use=True)
+    out = tmp_path / "tied.mlpackage"
+    result = unframe.convert(source, to="coreml", precision="fp32", output=out)
+    assert all(s.status == "passed" for s in result.report.stages), str(result.report)
+
+
+def _op_types(package: Path) -> list[str]:
+    spec = ct.models.MLModel(str(package), skip_model_load=True).get_spec()
+    func = spec.mlProgram.functions["main"]
+    block = func.block_specializations[next(iter(func.block_specializations))]
+    return [op.type for op in block.operations]
+
+
+def _coremltools_overflow(value: np.ndarray) -> bool:
+    """coremltools' own expression (FP16ComputePrecision.fp16_overflow), on one array."""
+    abs_value = np.abs(np.expand_dims(value, 0))
+    return bool(np.max(abs_value[np.where(abs_value < 1e38)], initial=0.0) > 65504)
+
+
+@pytest.mark.parametrize("case", ["small", "big", "inf", "nan", "huge_but_infinite", "edge", "empty"])
+def test_fp16_overflow_check_matches_coremltools(case: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(passes, "CHUNK", 7)  # slices that cut through the array
+    rng = np.random.default_rng(3)
+    value = rng.standard_normal(50).astype(np.float32) * 100
+    if case == "big":
+        value[37] = 70000.0
+    elif case == "inf":
+        value[3] = np.inf
+    elif case == "nan":
+        value[20] = np.nan
+        value[44] = -80000.0
+    elif case == "huge_but_infinite":
+        value[9] = -3e38  # stands for -inf (an attention mask's fill): ignored by both
+    elif case == "edge":
+        value[49] = 65504.0
+    elif case == "empty":
+        value = value[:0]
+    assert passes.fits_fp16(value) == (not _coremltools_overflow(value))
+    assert passes.fits_fp16(value) == (case not in ("big", "nan"))
+
+
+def test_the_pipeline_runs_the_lean_pass_in_place_of_coremltools_own() -> None:
+    pipeline = passes.pipeline(fp16=True)
+    names = list(pipeline.passes)
+    assert passes.PASS in names and "common::add_fp16_cast" not in names
+    default = list(ct.PassPipeline.DEFAULT.passes)  # in its place, every other pass as it was
+    assert names == [passes.PASS if n == "common::add_fp16_cast" else n for n in default]
+    # fp32: coremltools' default pipeline, from which ct.convert itself drops its cast pass
+    assert "common::add_fp16_cast" in list(passes.pipeline(fp16=False).passes)
