@@ -178,3 +178,28 @@ def test_nonzero_of_a_mask_reads_it_as_float_with_the_same_indices():
     for name in ("i", "j"):
         np.testing.assert_array_equal(after[name], before[name])
     assert preflight.check(prepared) == []
+
+
+def test_a_large_weights_layout_change_is_left_to_the_builder(monkeypatch):
+    """A decoder's LM head reads its tied embedding transposed: folding that Transpose would hold
+    a second copy of the largest weight (1 GB at Llama-1B) in memory and write it out again, so
+    nodes over weights past FOLD_INPUT_BYTES stay for TensorRT's builder; small ones still fold."""
+    from unframe.converters.backends.tensorrt import prepare as prep
+
+    monkeypatch.setattr(prep, "FOLD_INPUT_BYTES", 4096)
+    rng = np.random.default_rng(0)
+    nodes = [helper.make_node("Transpose", ["embed"], ["embed_t"], perm=[1, 0]),
+             helper.make_node("MatMul", ["x", "embed_t"], ["logits"]),
+             helper.make_node("Transpose", ["small"], ["small_t"], perm=[1, 0]),
+             helper.make_node("MatMul", ["x", "small_t"], ["z"])]
+    inits = [const("embed", rng.standard_normal((64, 32)).astype(np.float32)),  # 8 KiB
+             const("small", rng.standard_normal((4, 32)).astype(np.float32))]  # 512 B
+    model = make_model(nodes, [vi("x", [2, 32])], [vi("logits", [2, 64]), vi("z", [2, 4])], inits)
+    x = rng.standard_normal((2, 32)).astype(np.float32)
+    before = ort_run(model, {"x": x})
+    prepared = prepare(model)
+    assert ops(prepared) == ["Transpose", "MatMul", "MatMul"]
+    assert next(iter(prepared.graph)).inputs[0].name == "embed"
+    after = ort_run(prepared, {"x": x})
+    for name in before:
+        np.testing.assert_array_equal(before[name], after[name])

@@ -35,6 +35,10 @@ NONDETERMINISTIC = {"RandomNormal", "RandomNormalLike", "RandomUniform", "Random
                     "Multinomial", "Bernoulli", "Dropout"}
 # A folded output may grow over its inputs (Expand, ConstantOfShape, Tile): allow small ones only.
 FOLD_GROWTH_BYTES = 1 << 20
+# Nodes over weights past this are left to the builder: what must be an initializer is small
+# (shapes, axes, scales), and folding a large weight's layout change (the Transpose of a decoder's
+# tied 1 GB embedding) would hold a second copy of it in memory and write it out again.
+FOLD_INPUT_BYTES = 16 << 20
 INT32_MIN, INT32_MAX = np.iinfo(np.int32).min, np.iinfo(np.int32).max
 
 
@@ -86,10 +90,12 @@ class FoldConstantsPass(ir.passes.InPlacePass):
         inputs = [v for v in node.inputs if v is not None]
         if not inputs or any(v.const_value is None or v.name in graph_inputs for v in inputs):
             return None
+        in_bytes = sum(v.const_value.nbytes for v in inputs)  # type: ignore[union-attr]
+        if in_bytes > FOLD_INPUT_BYTES:
+            return None
         arrays = _evaluate(node, opset)
         if arrays is None:
             return None
-        in_bytes = sum(v.const_value.nbytes for v in inputs)  # type: ignore[union-attr]
         if sum(a.nbytes for a in arrays) > max(FOLD_GROWTH_BYTES, 2 * in_bytes):
             return None
         return arrays
