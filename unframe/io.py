@@ -31,8 +31,14 @@ from unframe import limits
 from unframe.errors import InputError, OutputExistsError, UnsupportedError, UsageError
 from unframe.opset import DEFAULT_DOMAINS, ML_DOMAIN, main_opset, newest_opset
 
-# Serialized protobuf can't exceed 2 GiB; keep a margin for the graph itself.
-EXTERNAL_DATA_THRESHOLD = 1_800_000_000
+# Weights past this go to external data by default (an output, the torch frontend's export):
+# protobuf can't serialize past 2 GiB, and a serialized model is a second copy of its weights in
+# memory. 1 GiB leaves room for a stage that adds weights (TensorRT's preparation transposes a tied
+# 1 GB embedding), and matches what a user's tools open without trouble.
+EXTERNAL_DATA_THRESHOLD = 1 << 30
+# A model written for another program to read by path (a parser, a runtime in a child process)
+# keeps its weights in external data past this: serializing them would only copy them in memory.
+TOOL_INLINE_BYTES = 64 << 20
 # With external data on, tensors smaller than this stay inline (shapes, axes, small biases).
 EXTERNAL_TENSOR_MIN_BYTES = 1024
 KNOWN_DOMAINS = {*DEFAULT_DOMAINS, ML_DOMAIN, "ai.onnx.preview.training", "com.microsoft",
@@ -852,6 +858,92 @@ def tensor_bytes(model: ir.Model) -> int:
     return _nbytes(model)
 
 
+def has_external_tensors(model: ir.Model) -> bool:
+    """Whether any initializer (subgraphs included) is a lazy external tensor."""
+    return any(isinstance(v.const_value, ir.ExternalTensor)
+               for graph in model.graphs() for v in graph.initializers.values())
+
+
+def needs_external_data(model: ir.Model, threshold: int | None = None) -> bool:
+    """External data for a model that came with it (its layout kept, its weights never read
+    whole) or whose weights are past ``threshold`` bytes (``EXTERNAL_DATA_THRESHOLD``)."""
+    limit = EXTERNAL_DATA_THRESHOLD if threshold is None else threshold
+    return has_external_tensors(model) or tensor_bytes(model) > limit
+
+
+_PRIVATE_DIRS: set[Path] = set()  # folders unframe made for its own files (see private_dir)
+
+
+def private_dir(prefix: str) -> tempfile.TemporaryDirectory[str]:
+    """A temporary folder for unframe's own files (an export's external data): a tool file for a
+    model whose weights live there is written beside them (``tool_file``)."""
+    tmp = tempfile.TemporaryDirectory(prefix=prefix)
+    _PRIVATE_DIRS.add(Path(tmp.name).resolve())
+    return tmp
+
+
+@contextmanager
+def tool_file(model: ir.Model) -> Iterator[Path]:
+    """A file of ``model`` for another program to read by path (TensorRT's parser, onnxruntime
+    or onnx's reference evaluator in a child), removed after the block. The model is never
+    serialized whole in memory nor near protobuf's 2 GiB (a prepared copy of a 1.5 GB model with
+    a tied embedding transposed went past it): past ``TOOL_INLINE_BYTES`` the weights go to
+    external data. When every external tensor lives in one folder of unframe's own
+    (``private_dir``: the torch export's), the file is written there and reads them where they
+    lie, neither read nor copied here; otherwise they are streamed into a private copy (a user's
+    file is never linked: onnx's and onnx-ir's loaders refuse a data file with several links,
+    the user's own included while a link lasts). The model is left as it was."""
+    if not needs_external_data(model, TOOL_INLINE_BYTES):
+        with tempfile.TemporaryDirectory(prefix="unframe-tool-") as tmp:
+            path = Path(tmp) / "model.onnx"
+            ir.save(model, path)
+            yield path
+        return
+    home = _private_home(model)
+    if home is None:
+        with tempfile.TemporaryDirectory(prefix="unframe-tool-") as tmp:
+            path = Path(tmp) / "model.onnx"
+            ir.save(model, path, external_data="model.onnx.data", size_threshold_bytes=EXTERNAL_TENSOR_MIN_BYTES)
+            yield path
+        return
+    path = home / f"tool-{uuid.uuid4().hex[:12]}.onnx"
+    data = path.with_name(path.name + ".data")
+    try:
+        _save_beside(model, path, data)
+        yield path
+    finally:
+        path.unlink(missing_ok=True)
+        data.unlink(missing_ok=True)
+
+
+def _private_home(model: ir.Model) -> Path | None:
+    """The one private folder every external tensor of ``model`` lives in, else None."""
+    homes = {Path(t.base_dir).resolve() for graph in model.graphs() for v in graph.initializers.values()
+             if isinstance(t := v.const_value, ir.ExternalTensor)}
+    if len(homes) != 1:
+        return None
+    home = homes.pop()
+    return home if home in _PRIVATE_DIRS else None
+
+
+def _save_beside(model: ir.Model, path: Path, data: Path) -> None:
+    """``model`` at ``path`` in its external tensors' folder: they keep their references; other
+    large tensors go to ``data``; the model's tensors are put back after."""
+    fresh = [v for graph in model.graphs() for v in graph.initializers.values()
+             if v.const_value is not None and not isinstance(v.const_value, ir.ExternalTensor)
+             and v.const_value.nbytes > EXTERNAL_TENSOR_MIN_BYTES]
+    kept = [v.const_value for v in fresh]
+    try:
+        if fresh:
+            external = ir.external_data.convert_tensors_to_external(kept, path.parent, data.name)
+            for value, tensor in zip(fresh, external, strict=True):
+                value.const_value = tensor
+        ir.save(model, path)  # every large tensor is external now: the file holds the graph
+    finally:
+        for value, tensor in zip(fresh, kept, strict=True):
+            value.const_value = tensor
+
+
 def write_onnx(model: ir.Model, path: Path, *, external_data: bool | None = None,
                final_dir: Path | None = None) -> list[Path]:
     """Write ``model`` at ``path`` (in a staging folder); weights go to ``<name>.data`` beside it
@@ -861,9 +953,9 @@ def write_onnx(model: ir.Model, path: Path, *, external_data: bool | None = None
     unchanged external tensor whose file is already there (an opset conversion written beside
     its source), the output references those files as they are instead of copying them (see
     ``shared_external_files``)."""
-    has_ext = any(isinstance(v.const_value, ir.ExternalTensor) for v in model.graph.initializers.values())
+    has_ext = has_external_tensors(model)
     if external_data is None:
-        external_data = has_ext or tensor_bytes(model) > EXTERNAL_DATA_THRESHOLD
+        external_data = needs_external_data(model)
     check_external_files_unchanged(model)
     if external_data and final_dir is not None and shared_external_files(model, final_dir):
         ir.save(model, path)  # external tensors keep their location, offset and length

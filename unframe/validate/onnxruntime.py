@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
 import uuid
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -29,11 +28,11 @@ ModelLike = "ir.Model | onnx.ModelProto | str | os.PathLike[str]"
 
 
 class _ModelFile:
-    """Gives a path or serialized bytes for any model form, writing to a temp dir only when
-    the model has external data or is too large to serialize in memory."""
+    """Gives a path or serialized bytes for any model form, writing a file (``io.tool_file``)
+    only when the model has external data or is too large to serialize in memory."""
 
     def __init__(self, model: Any) -> None:
-        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        self._file: contextlib.ExitStack | None = None
         self.path: str | None = None
         self.data: bytes | None = None
         if isinstance(model, (str, os.PathLike)):
@@ -41,10 +40,11 @@ class _ModelFile:
         elif isinstance(model, onnx.ModelProto):
             self.data = model.SerializeToString()
         elif isinstance(model, ir.Model):
-            if _has_external(model) or _nbytes(model) > 1_800_000_000:
-                self._tmp = tempfile.TemporaryDirectory(prefix="unframe-run-")
-                self.path = os.path.join(self._tmp.name, "model.onnx")
-                ir.save(model, self.path, external_data="model.onnx.data")
+            from unframe import io
+
+            if io.needs_external_data(model, io.TOOL_INLINE_BYTES):
+                self._file = contextlib.ExitStack()
+                self.path = os.fspath(self._file.enter_context(io.tool_file(model)))
             else:
                 self.data = ir.to_proto(model).SerializeToString()
         else:
@@ -56,13 +56,9 @@ class _ModelFile:
         return onnx.load_from_string(self.data)
 
     def cleanup(self) -> None:
-        if self._tmp is not None:
-            self._tmp.cleanup()
-            self._tmp = None
-
-
-def _has_external(model: ir.Model) -> bool:
-    return any(isinstance(v.const_value, ir.ExternalTensor) for v in _all_initializers(model))
+        if self._file is not None:
+            self._file.close()
+            self._file = None
 
 
 def _all_initializers(model: ir.Model) -> list[ir.Value]:

@@ -103,8 +103,8 @@ def test_not_a_torch_object() -> None:
 @pytest.mark.parametrize("exporter", ["torchscript", "dynamo"])
 def test_weights_past_the_threshold_go_to_external_data(exporter: str, tmp_path: Path,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    # The real threshold is ~1.8 GB; lowering it runs the same path on a small model.
-    monkeypatch.setattr(exp, "EXTERNAL_DATA_THRESHOLD", 1000)
+    # The real threshold is 1 GiB; lowering it runs the same path on a small model.
+    monkeypatch.setattr(io, "EXTERNAL_DATA_THRESHOLD", 1000)
     torch.manual_seed(0)
     mlp = torch.nn.Sequential(torch.nn.Linear(4, 64), torch.nn.ReLU(), torch.nn.Linear(64, 3))
     native, result = to_onnx(mlp, x4(), exporter=exporter)

@@ -16,6 +16,7 @@ from typing import Any
 
 import onnx_ir as ir
 
+from unframe import io
 from unframe.converters.base import ConvertOptions, ExportResult, Frontend, InputSpec
 from unframe.converters.frontends._torch import export as exp
 from unframe.converters.frontends._torch import inputs as inp
@@ -137,10 +138,10 @@ class TorchFrontend(Frontend):
         dynamic_batch = _batch_is_dynamic(model, inputs)
         if inputs.batch is not None and not dynamic_batch:  # (--static leaves inputs.batch None)
             notes.append(_static_batch_note(native))
-        if exp.weight_bytes(model) > exp.EXTERNAL_DATA_THRESHOLD and not exp.has_external_data(model):
+        if not exp.has_external_data(model) and exp.weight_bytes(model) > io.EXTERNAL_DATA_THRESHOLD:
             workdir = workdir or exp.new_workdir()
             model = exp.externalize(model, Path(workdir.name))
-            notes.append("weights past 2 GB: kept in external data")
+            notes.append(f"weights past {io.EXTERNAL_DATA_THRESHOLD / 2**30:g} GiB: kept in external data")
         extra: dict[str, Any] = {"inputs": inputs, "output_names": outputs, "module": module}
         if workdir is not None and exp.has_external_data(model):
             extra["workdir"] = workdir  # the lazy tensors live there; keep it while the result does

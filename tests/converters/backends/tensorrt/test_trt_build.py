@@ -163,7 +163,9 @@ def test_engine_as_input_is_rejected_and_compat_read_from_sidecar(backend, tmp_p
     engine, meta = convert_and_write(backend, cnn_model(batch=1), target(), tmp_path)
     with pytest.raises(InputError, match="is a TensorRT engine"):
         sidecar.reject_engine_input(engine)
-    sidecar.reject_engine_input(tmp_path / "work" / "tensorrt_prepared.onnx")  # an ONNX is fine
+    onnx_file = tmp_path / "model.onnx"
+    onnx_file.write_bytes(ir.to_proto(cnn_model(batch=1)).SerializeToString())
+    sidecar.reject_engine_input(onnx_file)  # an ONNX is fine
     renamed = tmp_path / "mystery.bin"  # no suffix or sidecar: found by its magic bytes
     renamed.write_bytes(engine.read_bytes())
     with pytest.raises(InputError, match="is a TensorRT engine"):
@@ -247,3 +249,30 @@ def test_position_ids_from_an_integer_cumsum_build(backend, tmp_path):
     _, meta = convert_and_write(backend, model, target(), tmp_path)
     assert io_of(meta, "outputs") == [("pos", "INT64", [2, 6])]
     assert meta["network"]["layer_output_types"].get("FLOAT", 0) >= 1  # the float CumSum
+
+
+def test_large_weights_reach_the_parser_in_external_data(backend, tmp_path, monkeypatch):
+    """The parser and the builder read a model's large weights from a file beside the graph, for
+    a check as for a build: a model of inline weights (a 1.5 GB decoder was one) is not
+    serialized whole, and its prepared copy can't pass protobuf's 2 GiB. Thresholds lowered so a
+    small CNN takes the same path; the parser agrees and the engine's network is the same."""
+    import contextlib
+
+    from unframe import io
+
+    handed: list[list[str]] = []
+    real = io.tool_file
+
+    @contextlib.contextmanager
+    def spy(model):
+        with real(model) as path:
+            handed.append(sorted(p.name for p in path.parent.iterdir()))
+            yield path
+
+    monkeypatch.setattr(io, "TOOL_INLINE_BYTES", 1000)
+    monkeypatch.setattr(io, "tool_file", spy)
+    tgt = target(sample_shapes={"x": (2, 3, 16, 16)})
+    engine, meta = convert_and_write(backend, cnn_model(), tgt, tmp_path)
+    assert len(handed) >= 2 and all(names == ["model.onnx", "model.onnx.data"] for names in handed)
+    assert io_of(meta, "outputs") == [("y", "FLOAT", [-1, 5])]
+    assert engine.stat().st_size > 0

@@ -165,8 +165,7 @@ class TensorRTBackend(Backend):
 
     # -- convert ------------------------------------------------------------------------------
     def convert(self, model: ir.Model, target: Target, workdir: Path) -> Artifact:
-        import onnx_ir as ir
-
+        from unframe import io
         from unframe.converters.backends.tensorrt.build import BuildOptions, build
         from unframe.converters.backends.tensorrt.prepare import prepare
         from unframe.converters.backends.tensorrt.profiles import make_profile
@@ -183,17 +182,15 @@ class TensorRTBackend(Backend):
         profile = make_profile(prepared, target.get("shapes"), target.get("sample_shapes"),
                                bool(target.get("static", False)))
         workdir.mkdir(parents=True, exist_ok=True)
-        onnx_path = workdir / "tensorrt_prepared.onnx"
-        ir.save(prepared, onnx_path, external_data="tensorrt_prepared.onnx.data"
-                if _large(prepared) else None)
         options = BuildOptions(
             workspace=_int_or_none(target.get("workspace")),
             timing_cache=Path(target.get("timing_cache")) if target.get("timing_cache") else None,
             version_compatible=bool(target.get("version_compatible", False)),
             hardware_compatibility=target.get("hardware_compatibility"),
             optimization_level=_int_or_none(target.get("builder_optimization_level")))
-        result = build(onnx_path, profile, options)
-        meta = self._metadata(result, precision, profile, onnx_path)
+        with io.tool_file(prepared) as onnx_path:  # large weights read where they lie when they can
+            result = build(onnx_path, profile, options)
+            meta = self._metadata(result, precision, profile, onnx_path)
         meta["network"] = result.network
         notes = [f"built with {result.module} {result.version} ({meta['gpu']})",
                  *result.notes]
@@ -276,14 +273,6 @@ class TensorRTBackend(Backend):
 
 def _int_or_none(value: Any) -> int | None:
     return None if value is None else int(value)
-
-
-def _large(model: ir.Model) -> bool:
-    total = 0
-    for value in model.graph.initializers.values():
-        if value.const_value is not None:
-            total += value.const_value.nbytes
-    return total > 1_500_000_000
 
 
 def support_rows() -> list[dict[str, str]]:

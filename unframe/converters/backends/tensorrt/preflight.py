@@ -12,10 +12,8 @@ and ``disagreements`` lists where it and the table differ.
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -506,7 +504,7 @@ class ParserVerdict:
 def parser_verdict(model: ir.Model) -> ParserVerdict | None:
     """Ask a TensorRT parser (``supports_model_v2``), in the conversion's TensorRT child (the
     parser is native code a hostile graph can crash); None when no TensorRT module is importable."""
-    from unframe import sandbox
+    from unframe import io, sandbox
     from unframe.converters.backends.tensorrt import trtmodule
     from unframe.converters.backends.tensorrt.build import (
         SANDBOX,
@@ -518,19 +516,11 @@ def parser_verdict(model: ir.Model) -> ParserVerdict | None:
 
     if trtmodule.installed_flavour() is None:
         return None
-    with tempfile.TemporaryDirectory(prefix="unframe-trt-check-") as tmp:
-        path = Path(tmp) / "model.onnx"
-        # Saved with its weights beside it, so the parser can read external data by path.
-        ir.save(model, path, external_data="model.onnx.data" if _has_external(model) else None)
+    with io.tool_file(model) as path:  # the parser reads large weights from a file beside it
         answer = sandbox.call(SANDBOX, verdict_in_child, path, what="TensorRT's ONNX parser",
                               timeout=parse_timeout(path), preload=import_tensorrt, crash_error=InputError,
                               hint="the model holds something TensorRT's parser can't take")
     return None if answer is None else ParserVerdict(*answer)
-
-
-def _has_external(model: ir.Model) -> bool:
-    return any(isinstance(v.const_value, ir.ExternalTensor)
-               for v in model.graph.initializers.values())
 
 
 def disagreements(model: ir.Model, blockers: list[Blocker],

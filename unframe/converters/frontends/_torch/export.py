@@ -33,8 +33,6 @@ from unframe.errors import ConversionError, UnframeError, UnsupportedError
 
 DYNAMO_OPSETS = (18, 23)  # torchlib is written at 18; torch converts up to ONNX_MAX_OPSET
 TORCHSCRIPT_OPSETS = (7, 20)
-# Past this many bytes of weights the model is handed on with its tensors in external data.
-EXTERNAL_DATA_THRESHOLD = 1_800_000_000
 
 
 def clamp(opset: int, bounds: tuple[int, int]) -> int:
@@ -165,7 +163,10 @@ def externalize(model: ir.Model, workdir: Path) -> ir.Model:
 
 
 def new_workdir() -> tempfile.TemporaryDirectory[str]:
-    return tempfile.TemporaryDirectory(prefix="unframe-torch-")
+    """The export's own folder: its external data is read from there by the tools that check it."""
+    from unframe import io
+
+    return io.private_dir("unframe-torch-")
 
 
 # ----------------------------------------------------------------------------- explanations --

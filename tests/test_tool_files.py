@@ -1,0 +1,107 @@
+"""``io.tool_file``: a model written for another program (TensorRT's parser, onnxruntime or onnx's
+reference evaluator in a child) keeps large weights out of the protobuf, reads the weights of
+unframe's own folders where they lie (no copy), never links a user's file, and leaves the model
+as it was. Each file is run by onnxruntime to show it computes what the model does."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from unframe import io
+
+
+def _external_model(folder: Path) -> tuple[Path, np.ndarray, np.ndarray]:
+    """z = x @ w + b, w (16 KiB) in external data, b inline."""
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((64, 64)).astype(np.float32)
+    b = rng.standard_normal(64).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"]), helper.make_node("Add", ["y", "b"], ["z"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 64])],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
+    path = folder / "m.onnx"
+    onnx.save(proto, path, save_as_external_data=True, location="m.onnx.data", size_threshold=1024)
+    return path, w, b
+
+
+def _run(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    x = np.random.default_rng(1).standard_normal((1, 64)).astype(np.float32)
+    return x, ort.InferenceSession(str(path)).run(None, {"x": x})[0]
+
+
+@pytest.fixture
+def small_thresholds(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(io, "TOOL_INLINE_BYTES", 100)
+    monkeypatch.setattr(io, "EXTERNAL_TENSOR_MIN_BYTES", 100)
+
+
+def test_weights_in_a_private_folder_are_read_where_they_lie(small_thresholds):
+    workdir = io.private_dir("unframe-test-")
+    path, w, b = _external_model(Path(workdir.name))
+    data = path.with_name("m.onnx.data")
+    before = (data.stat().st_size, data.stat().st_mtime_ns, data.stat().st_nlink)
+    model = ir.load(path)
+    model.graph.initializers["b"].const_value = ir.tensor(b * 3)  # a changed tensor: 256 B, in memory
+    with io.tool_file(model) as tool:
+        assert tool.parent == Path(workdir.name).resolve()
+        # the graph references the export's own data file; only the changed tensor is new
+        proto = onnx.load(tool, load_external_data=False)
+        locations = {t.name: {e.key: e.value for e in t.external_data}["location"]
+                     for t in proto.graph.initializer}
+        assert locations == {"w": "m.onnx.data", "b": f"{tool.name}.data"}
+        x, got = _run(tool)
+        np.testing.assert_allclose(got, x @ w + 3 * b, rtol=1e-5, atol=1e-5)
+    assert sorted(p.name for p in Path(workdir.name).iterdir()) == ["m.onnx", "m.onnx.data"]
+    assert (data.stat().st_size, data.stat().st_mtime_ns, data.stat().st_nlink) == before
+    assert isinstance(model.graph.initializers["w"].const_value, ir.ExternalTensor)
+    assert not isinstance(model.graph.initializers["b"].const_value, ir.ExternalTensor)
+    workdir.cleanup()
+
+
+def test_a_users_weights_are_copied_never_linked(tmp_path, small_thresholds):
+    path, w, b = _external_model(tmp_path)
+    data = path.with_name("m.onnx.data")
+    model = ir.load(path)
+    with io.tool_file(model) as tool:
+        assert tool.parent != tmp_path and tool.with_name("model.onnx.data").is_file()
+        assert data.stat().st_nlink == 1  # onnx's loaders refuse a file with several links
+        x, got = _run(tool)
+        np.testing.assert_allclose(got, x @ w + b, rtol=1e-5, atol=1e-5)
+    assert not tool.parent.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx", "m.onnx.data"]
+
+
+def test_a_small_model_is_one_file(tmp_path):
+    path, w, b = _external_model(tmp_path)
+    model = ir.from_proto(onnx.load(path))  # weights read into the proto
+    with io.tool_file(model) as tool:
+        assert sorted(p.name for p in tool.parent.iterdir()) == ["model.onnx"]
+        x, got = _run(tool)
+        np.testing.assert_allclose(got, x @ w + b, rtol=1e-5, atol=1e-5)
+
+
+def test_the_model_is_restored_and_nothing_left_when_writing_fails(small_thresholds, monkeypatch):
+    workdir = io.private_dir("unframe-test-")
+    path, _, b = _external_model(Path(workdir.name))
+    model = ir.load(path)
+    model.graph.initializers["b"].const_value = ir.tensor(b * 3)
+    before = {name: v.const_value for name, v in model.graph.initializers.items()}
+
+    def fail(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(ir, "save", fail)
+    with pytest.raises(OSError, match="disk full"), io.tool_file(model):
+        pass
+    assert {name: v.const_value for name, v in model.graph.initializers.items()} == before
+    assert sorted(p.name for p in Path(workdir.name).iterdir()) == ["m.onnx", "m.onnx.data"]
+    workdir.cleanup()
