@@ -78,7 +78,8 @@ def test_three_epochs_give_checked_artifacts_and_logs(tmp_path: Path) -> None:
     # Parity in the fit's logs: the figures of each conversion as it arrived.
     passed = history.history["unframe/onnx/parity_passed"]
     assert passed and all(v == 1.0 for v in passed)
-    assert all(0 < v < 1e-4 for v in history.history["unframe/onnx/parity_max_abs"])
+    # (0 itself happens: Keras and onnxruntime can run this small Dense stack bit for bit alike)
+    assert all(0 <= v < 1e-4 for v in history.history["unframe/onnx/parity_max_abs"])
     # Training is exactly what it is without the callback.
     plain = build()
     plain.fit(x, y, epochs=3, batch_size=16, verbose=0, shuffle=False)
