@@ -260,15 +260,19 @@ def test_hf_model_with_cache_exports_without_it_and_keeps_its_config() -> None:
     assert model.config.use_cache is True and fingerprint(model) == before
 
 
+@pytest.mark.parametrize("slice_bytes", [None, 64])
 def test_large_weights_are_kept_on_disk_and_restored_from_there(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, slice_bytes: int | None) -> None:
     """Past SPILL_BYTES the guard's copy goes to an unlinked temporary file, not to memory (a
-    1B-parameter model would double its RSS): a stage that changed the weights is still undone."""
+    1B-parameter model would double its RSS): a stage that changed the weights is still undone,
+    compared and written back a slice at a time (64 bytes: many slices per tensor)."""
     from unframe.converters.frontends._torch import preserve as guard
 
     model, _, x, _ = trained()
     before = fingerprint(model)
     monkeypatch.setattr(guard, "SPILL_BYTES", 0)
+    if slice_bytes is not None:
+        monkeypatch.setattr(guard, "RESTORE_SLICE_BYTES", slice_bytes)
     monkeypatch.setattr(guard, "check_copy_fits", lambda *a, **k: pytest.fail("copied to memory"))
     spills: list[Any] = []
     real_open = guard._Spill.open

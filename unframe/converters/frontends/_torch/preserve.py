@@ -32,6 +32,7 @@ from unframe.errors import UsageError
 from unframe.preserve import PythonRng, check_copy_fits
 
 SPILL_BYTES = 512 * 2**20  # weights above this in all are kept on disk, not in memory
+RESTORE_SLICE_BYTES = 64 * 2**20  # a spilled tensor is compared and written back in slices this large
 
 # module.__dict__ entries that hold hooks: dicts whose contents are restored in place, since
 # RemovableHandles refer to these very dict objects.
@@ -163,15 +164,35 @@ class _Spilled:
     dtype: Any
     shape: tuple[int, ...]
 
-    def load(self) -> Any:
+    def load(self, start: int = 0, stop: int | None = None) -> Any:
+        """The saved values (elements ``start:stop`` of the flattened tensor, flat, when given)."""
         import torch
 
-        flat = torch.empty(int(torch.Size(self.shape).numel()), dtype=self.dtype)
+        total = int(torch.Size(self.shape).numel())
+        stop = total if stop is None else stop
+        flat = torch.empty(stop - start, dtype=self.dtype)
         raw = flat.view(torch.uint8).numpy() if flat.numel() else None
         if raw is not None:
-            self.spill.file.seek(self.offset)
+            self.spill.file.seek(self.offset + start * flat.element_size())
             self.spill.file.readinto(memoryview(raw))
-        return flat.view(self.shape)
+        return flat.view(self.shape) if (start, stop) == (0, total) else flat
+
+    def restore_into(self, live: Any, changed: bool) -> None:
+        """Write the saved values back into ``live`` where they differ (everywhere when
+        ``changed``), a slice of ``RESTORE_SLICE_BYTES`` at a time: a 1 GB embedding is never
+        read back whole (it set the export's peak memory)."""
+        if not live.is_contiguous() or live.dtype != self.dtype or tuple(live.shape) != self.shape:
+            copy = self.load()
+            if changed or not same_bits(live, copy):
+                live.copy_(copy)
+            return
+        flat = live.view(-1)
+        step = max(1, RESTORE_SLICE_BYTES // max(live.element_size(), 1))
+        for start in range(0, flat.numel(), step):
+            saved = self.load(start, min(start + step, flat.numel())).reshape(-1)
+            part = flat[start:start + saved.numel()]
+            if changed or not same_bits(part, saved):
+                part.copy_(saved)
 
 
 @dataclass
@@ -238,9 +259,11 @@ def _restore_tensor(ts: _TensorState) -> None:
     if (t.data_ptr() != ts.alias.data_ptr() or t.dtype != ts.alias.dtype
             or t.device != ts.alias.device or t.shape != ts.alias.shape):
         t.data = ts.alias  # the original storage, device and dtype
-    copy = ts.copy.load() if isinstance(ts.copy, _Spilled) else ts.copy
-    if copy is not None and (t._version != ts.version or not same_bits(_local(t.detach()), copy)):
-        _local(t.detach()).copy_(copy)
+    changed = t._version != ts.version
+    if isinstance(ts.copy, _Spilled):
+        ts.copy.restore_into(_local(t.detach()), changed)
+    elif ts.copy is not None and (changed or not same_bits(_local(t.detach()), ts.copy)):
+        _local(t.detach()).copy_(ts.copy)
     if t.is_leaf and t.requires_grad != ts.requires_grad:
         t.requires_grad_(ts.requires_grad)
     if t.grad is not ts.grad:
