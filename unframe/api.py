@@ -269,6 +269,8 @@ def _run(route: Route, request: Request, observer: pl.Observer, multi: bool) -> 
 
 def _result(route: Route, branch: Branch, flow: pl.Flow) -> ConversionResult:
     artifact = flow.artifact
+    if artifact is not None and not flow.written and isinstance(artifact.model, ir.Model):
+        flow.kept = io.snapshot_weights(artifact.model)  # live parameters: the caller's own copy
     if not flow.written and artifact is not None and artifact.path is not None:
         flow.keep_workdir = True  # no output asked: the caller gets the artifact from there
     flow.cleanup()

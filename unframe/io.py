@@ -871,6 +871,45 @@ def needs_external_data(model: ir.Model, threshold: int | None = None) -> bool:
     return has_external_tensors(model) or tensor_bytes(model) > limit
 
 
+def borrowed(tensor: Any) -> bool:
+    """A tensor whose bytes belong to another library's live object (torch's exporter wraps the
+    model's parameters: they change when training goes on)."""
+    return tensor is not None and not type(tensor).__module__.startswith("onnx_ir")
+
+
+def adopt_external_weights(model: ir.Model, path: Path) -> None:
+    """Point ``model``'s borrowed initializers at their copies in ``path``, a file just written
+    from it: large ones are read from its external data from now on, as ``onnx_ir.load(path)``
+    would read them, small ones are its inline copies (a model exported from live torch
+    parameters then follows the file, not the parameters)."""
+    written = ir.load(path)
+    for mine, theirs in zip(model.graphs(), written.graphs(), strict=False):
+        for name, value in mine.initializers.items():
+            other = theirs.initializers.get(name)
+            if borrowed(value.const_value) and other is not None and other.const_value is not None:
+                value.const_value = other.const_value  # small ones as the file's inline copies
+
+
+def snapshot_weights(model: ir.Model) -> tempfile.TemporaryDirectory[str] | None:
+    """A model whose weights are borrowed (an export's live parameters) gets its own copy of
+    them, which later training can't change: in memory, or past ``EXTERNAL_DATA_THRESHOLD``
+    written to a private folder and read from there. The folder (to keep while the model is
+    used), or None."""
+    values = [v for g in model.graphs() for v in g.initializers.values() if borrowed(v.const_value)]
+    if not values:
+        return None
+    if tensor_bytes(model) <= EXTERNAL_DATA_THRESHOLD:
+        for value in values:
+            tensor = value.const_value
+            value.const_value = ir.Tensor(tensor.numpy().copy(), dtype=tensor.dtype, name=tensor.name)
+        return None
+    workdir = private_dir("unframe-weights-")
+    path = Path(workdir.name) / "model.onnx"
+    ir.save(model, path, external_data="model.onnx.data", size_threshold_bytes=EXTERNAL_TENSOR_MIN_BYTES)
+    adopt_external_weights(model, path)
+    return workdir
+
+
 _PRIVATE_DIRS: set[Path] = set()  # folders unframe made for its own files (see private_dir)
 
 

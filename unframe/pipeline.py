@@ -171,6 +171,7 @@ class Flow:
     before: ir.Model | None = None  # the graph as it was before the opset stage (for the locator)
     output: Path | None = None  # where this branch writes (the locator's folder goes beside it)
     divergence: Any = None  # what the locator found when a parity stage failed
+    kept: Any = None  # the folder of a result's weights (io.snapshot_weights): lives with the result
     # Contexts held for the whole run (the live-model guard): released by ``release()``
     _held: ExitStack = field(default_factory=ExitStack)
 
@@ -852,6 +853,7 @@ def write_artifact(flow: Flow, backend: Backend, output: Path, *, force: bool) -
     finally:
         shutil.rmtree(stage_dir, ignore_errors=True)
     flow.artifact.path = output
+    backend.placed(flow.artifact, flow.written)
     return flow.written
 
 

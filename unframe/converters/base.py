@@ -322,6 +322,10 @@ class Backend(_Component):
         written. ``unframe.api`` calls this with a path inside a fresh temporary folder next to
         the destination and then renames everything into place."""
 
+    def placed(self, artifact: Artifact, written: list[Path]) -> None:
+        """After ``write``'s files were renamed into place (``written``: their final paths): a
+        backend whose artifact can read from them instead of memory does so here."""
+
 
 __all__ = [
     "Artifact", "Backend", "ConvertOptions", "ExportResult", "Feeds", "Frontend", "InputSpec",

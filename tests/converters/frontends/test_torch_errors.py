@@ -103,23 +103,59 @@ def test_not_a_torch_object() -> None:
 @pytest.mark.parametrize("exporter", ["torchscript", "dynamo"])
 def test_weights_past_the_threshold_go_to_external_data(exporter: str, tmp_path: Path,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    # The real threshold is 1 GiB; lowering it runs the same path on a small model.
+    """Past the threshold (1 GiB; lowered here so a small model takes the same path) the output's
+    weights go to external data, written once, from which the result's model reads them after;
+    a result kept in memory gets its own copy. Either way training on afterwards changes
+    neither: the result is what was checked."""
+    import unframe
+
     monkeypatch.setattr(io, "EXTERNAL_DATA_THRESHOLD", 1000)
+    monkeypatch.setattr(io, "EXTERNAL_TENSOR_MIN_BYTES", 256)
     torch.manual_seed(0)
     mlp = torch.nn.Sequential(torch.nn.Linear(4, 64), torch.nn.ReLU(), torch.nn.Linear(64, 3))
-    native, result = to_onnx(mlp, x4(), exporter=exporter)
-    big = [v for v in result.model.graph.initializers.values() if v.const_value.nbytes > 256]
-    assert big and all(isinstance(v.const_value, ir.ExternalTensor) for v in big)
-    assert any("external data" in n for n in result.notes)
-    assert Path(result.extra["workdir"].name).is_dir()
-    ref, ort = FRONTENDS.get("torch").runner(native, result), OnnxRuntimeRunner(result.model)
-    for feed in result.feeds:
-        np.testing.assert_allclose(ort.run(feed)["output_0"], ref.run(feed)["output_0"], atol=1e-6)
-    written = io.save_model(result.model, tmp_path / "out.onnx", external_data=True)
-    assert any(p.suffix == ".data" or p.name.endswith(".data") for p in written)
-    reloaded = OnnxRuntimeRunner(tmp_path / "out.onnx")
-    feed = result.feeds[0]
-    np.testing.assert_allclose(reloaded.run(feed)["output_0"], ref.run(feed)["output_0"], atol=1e-6)
+    x = x4()
+    with torch.no_grad():
+        expected = mlp(x).numpy()
+    out = tmp_path / "out.onnx"
+    written = unframe.convert(mlp, to="onnx", sample_inputs=x, output=out, exporter=exporter)
+    kept = unframe.convert(mlp, to="onnx", sample_inputs=x, exporter=exporter)
+    assert any("external data" in n for n in written.notes)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.onnx", "out.onnx.data"]
+    for result in (written, kept):  # nothing read from the live parameters any more
+        assert not any(io.borrowed(v.const_value) for v in result.model.graph.initializers.values())
+    if exporter == "dynamo":  # (TorchScript's graph comes back from its file, weights copied)
+        big = [v for v in written.model.graph.initializers.values() if v.const_value.nbytes > 256]
+        assert big and all(isinstance(v.const_value, ir.ExternalTensor)
+                           and Path(v.const_value.path) == out.with_name("out.onnx.data") for v in big)
+        big = [v for v in kept.model.graph.initializers.values() if v.const_value.nbytes > 256]
+        assert big and all(isinstance(v.const_value, ir.ExternalTensor) for v in big)
+    with torch.no_grad():  # training goes on
+        for p in mlp.parameters():
+            p.add_(1.0)
+    for model in (written.model, kept.model, out):
+        runner = OnnxRuntimeRunner(model)
+        got = runner.run({runner.input_specs()[0].name: x.numpy()})
+        np.testing.assert_allclose(next(iter(got.values())), expected, atol=1e-5)
+
+
+def test_a_result_kept_in_memory_does_not_follow_training() -> None:
+    """torch's exporter hands back a graph whose weights are the live parameters; the result's
+    model is the graph that was checked, whatever training does to the module afterwards."""
+    import unframe
+
+    torch.manual_seed(0)
+    mlp = torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.Tanh(), torch.nn.Linear(16, 3))
+    x = x4()
+    with torch.no_grad():
+        expected = mlp(x).numpy()
+    result = unframe.convert(mlp, to="onnx", sample_inputs=x)
+    with torch.no_grad():
+        for p in mlp.parameters():
+            p.mul_(-2.0)
+    assert not np.allclose(mlp(x).detach().numpy(), expected)
+    runner = OnnxRuntimeRunner(result.model)
+    got = runner.run({runner.input_specs()[0].name: x.numpy()})
+    np.testing.assert_allclose(next(iter(got.values())), expected, atol=1e-5)
 
 
 def test_data_dependent_code_every_exporter_refused_is_exit_4() -> None:

@@ -100,6 +100,12 @@ class OnnxBackend(Backend):
         artifact.path = path
         return written
 
+    def placed(self, artifact: Artifact, written: list[Path]) -> None:
+        """The model's weights written to external data are read from there from now on: a
+        model exported from live parameters no longer follows them (nor holds them)."""
+        if len(written) > 1 and isinstance(artifact.model, ir.Model):
+            io.adopt_external_weights(artifact.model, next(p for p in written if p.suffix == ".onnx"))
+
 
 def remove_dead_values(model: ir.Model) -> None:
     """Drop nodes, initializers and functions nothing reads (an exporter's or a pass's leftovers),

@@ -154,14 +154,6 @@ def has_external_data(model: ir.Model) -> bool:
                for v in model.graph.initializers.values())
 
 
-def externalize(model: ir.Model, workdir: Path) -> ir.Model:
-    """Write the weights to external data in ``workdir`` and reload them lazily, so that a model
-    past the protobuf limit is never serialized whole and its tensors aren't held twice."""
-    path = workdir / "model.onnx"
-    ir.save(model, str(path), external_data="model.onnx.data")
-    return ir.load(str(path))
-
-
 def new_workdir() -> tempfile.TemporaryDirectory[str]:
     """The export's own folder: its external data is read from there by the tools that check it."""
     from unframe import io
