@@ -48,3 +48,23 @@ def cancelling_difference(seed: int = 4) -> tuple[onnx.ModelProto, dict[str, np.
         [numpy_helper.from_array(a, "a"), numpy_helper.from_array((a * 1.005).astype(np.float32), "b")])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
     return model, {"x": np.abs(rng.standard_normal((2, 16))).astype(np.float32)}
+
+
+def one_big_external_tensor(folder: Path) -> Path:
+    """y = tanh(x @ W) with W [4096, 4096] float32: one 64 MiB tensor in external data (the size
+    at which the ONNX stage used to replace it with empty data and refuse the model)."""
+    from onnx import numpy_helper
+
+    rng = np.random.default_rng(0)
+    w = (rng.standard_normal((4096, 4096), dtype=np.float32) / 64.0)
+    assert w.nbytes >= 64 * 1024 * 1024
+    tensor = numpy_helper.from_array(w, "W")
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "W"], ["h"]), helper.make_node("Tanh", ["h"], ["y"])],
+                              "big", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4096])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4096])], [tensor])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    path = folder / "big.onnx"
+    onnx.save_model(model, path, save_as_external_data=True, all_tensors_to_one_file=True,
+              location="big.onnx.data")
+    return path

@@ -12,7 +12,7 @@ import onnxruntime as ort
 import pytest
 from click.testing import CliRunner
 from onnx import TensorProto, helper
-from spine_utils import mlp_model, snapshot
+from spine_utils import mlp_model, one_big_external_tensor, snapshot
 
 import unframe
 from unframe.cli.main import cli
@@ -142,28 +142,8 @@ def _digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def _one_big_external_tensor(folder: Path) -> Path:
-    """y = tanh(x @ W) with W [4096, 4096] float32: one 64 MiB tensor in external data (the size
-    at which the ONNX stage used to replace it with empty data and refuse the model)."""
-    from onnx import numpy_helper
-
-    rng = np.random.default_rng(0)
-    w = (rng.standard_normal((4096, 4096), dtype=np.float32) / 64.0)
-    assert w.nbytes >= 64 * 1024 * 1024
-    tensor = numpy_helper.from_array(w, "W")
-    graph = helper.make_graph([helper.make_node("MatMul", ["x", "W"], ["h"]), helper.make_node("Tanh", ["h"], ["y"])],
-                              "big", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4096])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4096])], [tensor])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    model.ir_version = 8
-    path = folder / "big.onnx"
-    onnx.save_model(model, path, save_as_external_data=True, all_tensors_to_one_file=True,
-              location="big.onnx.data")
-    return path
-
-
 def test_a_single_external_tensor_of_64_mib_converts(tmp_path: Path):
-    src = _one_big_external_tensor(tmp_path)
+    src = one_big_external_tensor(tmp_path)
     data = tmp_path / "big.onnx.data"
     before = (data.stat().st_mtime_ns, data.stat().st_size, _digest(data))
     out = tmp_path / "out" / "big17.onnx"
@@ -187,7 +167,7 @@ def test_a_single_external_tensor_of_64_mib_converts(tmp_path: Path):
 def test_written_beside_its_source_the_output_shares_the_external_data(tmp_path: Path):
     """As onnx's own converter does: the weights are neither read nor copied, the data file is
     left as it was, and the output says it depends on it."""
-    src = _one_big_external_tensor(tmp_path)
+    src = one_big_external_tensor(tmp_path)
     data = tmp_path / "big.onnx.data"
     before = (data.stat().st_mtime_ns, data.stat().st_size, _digest(data))
     out = tmp_path / "big17.onnx"

@@ -276,3 +276,29 @@ def test_large_weights_reach_the_parser_in_external_data(backend, tmp_path, monk
     assert len(handed) >= 2 and all(names == ["model.onnx", "model.onnx.data"] for names in handed)
     assert io_of(meta, "outputs") == [("y", "FLOAT", [-1, 5])]
     assert engine.stat().st_size > 0
+
+
+def test_a_64_mib_external_tensor_is_checked_and_built_from_a_users_file(backend, tmp_path):
+    """One 64 MiB weight in a user's external data: pre-flight asks the parser and the engine
+    is built, each from a private copy (never a link: onnx's loaders refuse a data file with
+    several links), and the user's file is left as it was."""
+    import hashlib
+
+    import unframe
+    from spine_utils import one_big_external_tensor
+
+    src = one_big_external_tensor(tmp_path)
+    data = tmp_path / "big.onnx.data"
+    before = (data.stat().st_mtime_ns, data.stat().st_size, data.stat().st_nlink,
+              hashlib.sha256(data.read_bytes()).hexdigest())
+    checked = unframe.check(src, to="tensorrt")
+    assert checked and any("parser agree" in n for n in checked.notes)
+    out = tmp_path / "out" / "big.engine"
+    out.parent.mkdir()
+    result = unframe.convert(src, to="tensorrt", output=out, builder_optimization_level=0)
+    network = result.artifact.metadata["network"]
+    assert [t["shape"] for t in network["inputs"]] == [[2, 4096]]
+    assert out.stat().st_size > 64 * 1024 * 1024  # the weight is in the engine
+    assert (data.stat().st_mtime_ns, data.stat().st_size, data.stat().st_nlink,
+            hashlib.sha256(data.read_bytes()).hexdigest()) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["big.onnx", "big.onnx.data", "out"]
