@@ -83,27 +83,30 @@ class CoreMLBackend(Backend):
         if self.missing():
             return check_model(model, ios) + options, [
                 "coremltools is not installed: the translation was not tried (static checks only)"]
-        translation = self._translation(model, target)
+        translation = self._translation(model, target, dry=True)
         return translation.blockers + options, list(translation.notes)
 
-    def _translation(self, model: ir.Model, target: Target) -> Translation:
+    def _translation(self, model: ir.Model, target: Target, *, dry: bool = False) -> Translation:
         """The model's translation for ``target``, built once for a check and the convert that
-        follows it (``convert`` takes it out of the cache: coremltools' converter changes it)."""
+        follows it (``convert`` takes it out of the cache: coremltools' converter changes it).
+        A check's is ``dry`` (large weights as stand-ins, never read); a convert after it
+        translates again when stand-ins were used."""
         from unframe.converters.backends.coreml.translate import translate
 
         # the nodes marked to stay in float32 change the translation (a plan may add marks)
         key = _options_key(target) + f"|fp32:{sum(keeps_fp32(n) for n in model.graph)}"
         cached = _TRANSLATIONS.get(model)
-        if cached is not None and cached[0] == key:
+        if cached is not None and cached[0] == key and (dry or not cached[1].stand_ins):
             return cached[1]
-        translation = translate(model, _ios(target), target.options)
+        translation = translate(model, _ios(target), target.options, dry=dry)
         _TRANSLATIONS[model] = (key, translation)
         return translation
 
     # -- conversion ----------------------------------------------------------------------------
     def convert(self, model: ir.Model, target: Target, workdir: Path) -> Artifact:
         self.ensure_available()
-        blockers = self.check(model, target)
+        translation = self._translation(model, target)
+        blockers = translation.blockers + _option_blockers(model, target)
         if blockers:
             raise UnsupportedError(f"the model can't be converted to CoreML ({len(blockers)} blockers)",
                                    "run `unframe check --to coreml` for the list", blockers=blockers)

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import onnx_ir as ir
 
 from unframe.converters.backends.coreml.context import MIL_DTYPES, TranslateContext, mil_type, np_const
@@ -353,13 +354,20 @@ class Translation:
     fp32_ops: set[str] = field(default_factory=set)
     all_fp32: bool = False
     states: list[StatePlan] = field(default_factory=list)  # --stateful: the cache's states
+    stand_ins: int = 0  # weights translated as stand-ins (a dry run): not a program to convert
 
 
-def translate(model: ir.Model, ios: int, options: dict[str, Any]) -> Translation:
+# A dry run (``check``) translates float weights this large as stand-ins of their shape and type:
+# no translator's decision reads a weight's values (shapes, axes and indices are small, and kept),
+# and reading them would be most of a check's time and memory (4.7 GB at Llama-1B).
+STAND_IN_BYTES = 16 << 20
+
+
+def translate(model: ir.Model, ios: int, options: dict[str, Any], *, dry: bool = False) -> Translation:
     """What `check` runs dry and `convert` runs for real, so the two can't disagree: the static
     blockers of :func:`check_model`; else dtype legalization of a copy of the graph (the model is
     not changed) and the MIL program built from it, a node that fails to translate being a
-    blocker."""
+    blocker. ``dry``: large float weights are stand-ins (``STAND_IN_BYTES``), never read."""
     from unframe.converters.backends.coreml.legalize import legalize
     from unframe.converters.backends.coreml.mil_eval._ct import import_coremltools
 
@@ -368,9 +376,14 @@ def translate(model: ir.Model, ios: int, options: dict[str, Any]) -> Translation
         return Translation(blockers)
     import_coremltools()
     work = model.clone()
+    stand_ins = _stand_in_weights(work) if dry else 0
     folded = fold_high_rank_windows(work)
     legal = legalize(work, ios, str(options.get("precision", "fp16")).lower())
     notes = list(legal.notes)
+    if stand_ins:
+        notes.append(f"{stand_ins} float weight(s) past {STAND_IN_BYTES >> 20} MiB not read by the "
+                     "check (their values decide nothing it checks); the conversion scans them for "
+                     "values past fp16's range")
     if folded:
         notes.append(f"{folded} rank-6 chain(s) folded to rank 5 (a window Reshape/Transpose's two "
                      "axes the Transpose keeps together made one, or views through rank 6 made one "
@@ -406,7 +419,24 @@ def translate(model: ir.Model, ios: int, options: dict[str, Any]) -> Translation
     if too_deep:
         return Translation(too_deep, notes)
     all_fp32 = len(work.graph) > 0 and all(keeps_fp32(n) for n in work.graph)
-    return Translation([], notes, program, names, plans, translator.fp32_ops, all_fp32, states)
+    return Translation([], notes, program, names, plans, translator.fp32_ops, all_fp32, states, stand_ins)
+
+
+def _stand_in_weights(model: ir.Model) -> int:
+    """Replace the model's (a copy's) float weights of ``STAND_IN_BYTES`` or more by zeros of
+    their shape and type that take no memory (a broadcast view); how many."""
+    count = 0
+    for graph in model.graphs():
+        for value in graph.initializers.values():
+            tensor = value.const_value
+            if (tensor is not None and tensor.nbytes >= STAND_IN_BYTES
+                    and tensor.dtype in (ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.BFLOAT16,
+                                         ir.DataType.DOUBLE)):
+                zero = np.zeros((), dtype=tensor.dtype.numpy())
+                value.const_value = ir.Tensor(np.broadcast_to(zero, tuple(tensor.shape.numpy())),
+                                              dtype=tensor.dtype, name=tensor.name)
+                count += 1
+    return count
 
 
 
