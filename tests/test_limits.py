@@ -105,6 +105,28 @@ def test_max_memory_bounds_parity_inputs(tmp_path: Path):
     _refused(result, tmp_path, before, "more than the 1.0 KiB allowed")
 
 
+@pytest.mark.parametrize("to, words", [("coreml", "converting to CoreML"), ("tensorrt", "TensorRT's builder")])
+def test_a_backend_that_would_not_fit_is_refused_before_it_starts(tmp_path: Path, to: str, words: str):
+    """The CoreML converter and TensorRT's builder need a measured multiple of the weights
+    (bench/llm.py): past --max-memory (else the memory available) the conversion stops before
+    starting, with one line and nothing written, instead of meeting the OOM killer."""
+    pytest.importorskip({"coreml": "coremltools", "tensorrt": "tensorrt_rtx"}[to],
+                        reason=f"needs the '{to}' extra")
+    model = mlp_model(batch=4)
+    weights = sum(t.raw_data.__len__() or 4 * int(np.prod(t.dims)) for t in model.graph.initializer)
+    src = tmp_path / "m.onnx"
+    onnx.save(model, src)
+    suffix = {"coreml": "m.mlpackage", "tensorrt": "m.engine"}[to]
+    before = snapshot(tmp_path)
+    # the budget: above what parity of the model and its inputs needs, below the backend's estimate
+    result = CliRunner().invoke(cli, ["convert", str(src), "--to", to, "-o", str(tmp_path / suffix),
+                                      "--no-validate", "--max-memory", str(weights + 16)])
+    _refused(result, tmp_path, before, words)
+    ok = CliRunner().invoke(cli, ["convert", str(src), "--to", to, "-o", str(tmp_path / suffix),
+                                  "--no-validate", "--max-memory", str(weights * 8)])
+    assert ok.exit_code == 0, ok.output
+
+
 def test_max_memory_option_is_validated(tmp_path: Path):
     result, _ = _convert(tmp_path, mlp_model(), "--max-memory", "lots")
     assert result.exit_code == 2 and "bad size 'lots'" in result.stderr

@@ -141,6 +141,22 @@ def check_alloc(nbytes: int, what: str, hint: str = "", detail: str = "") -> Non
             hint or "raise --max-memory (max_memory=) if the machine has the memory")
 
 
+def check_stage_memory(nbytes: int, what: str, hint: str = "") -> None:
+    """Refuse, before it starts, a stage whose working memory (estimated from the weights, by a
+    factor measured in bench/) would not fit: against ``--max-memory`` when given, else against
+    the memory available now (the default fraction is the budget of what unframe allocates from
+    a model's numbers, not of a converter the user asked for). The OOM killer gives no message."""
+    explicit = _budget.get()
+    limit = explicit if explicit is not None else available_memory()
+    if limit is None or nbytes <= limit:
+        return
+    raise ResourceLimitError(
+        f"{what} needs about {human(nbytes)}, more than the {human(limit)} "
+        + ("allowed (--max-memory)" if explicit is not None else "of memory available"),
+        hint or "free memory or use a machine with more; --max-memory raises the limit when the "
+                "estimate is too high")
+
+
 def check_array(shape: Iterable[Any], dtype: Any, what: str, hint: str = "") -> None:
     """``check_alloc`` for a numpy array of ``shape`` and ``dtype``, before creating it."""
     import numpy as np

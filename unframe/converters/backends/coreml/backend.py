@@ -35,6 +35,9 @@ if TYPE_CHECKING:
 
 CANONICAL_OPSET = 21
 PRECISIONS = ("fp16", "fp32")
+# Peak memory of a conversion per byte of weights, measured on Llama-1B (bench/llm.py: 1.82x for
+# 4.7 GB of fp32 weights, the process included): what convert() checks before it starts.
+MEMORY_PER_WEIGHT_BYTE = 1.9
 # The ONNX opset a model is brought to, per MIL opset (deployment target). The translators in
 # ops/ are written against one version of each ONNX op (opset 21); the deployment target decides
 # which MIL ops they emit, not which ONNX opset they read. A translator set written for a newer
@@ -104,7 +107,11 @@ class CoreMLBackend(Backend):
 
     # -- conversion ----------------------------------------------------------------------------
     def convert(self, model: ir.Model, target: Target, workdir: Path) -> Artifact:
+        from unframe import io, limits
+
         self.ensure_available()
+        limits.check_stage_memory(int(MEMORY_PER_WEIGHT_BYTE * io.tensor_bytes(model)),
+                                  "converting to CoreML (its weights, the MIL program and the fp16 copies)")
         translation = self._translation(model, target)
         blockers = translation.blockers + _option_blockers(model, target)
         if blockers:

@@ -45,6 +45,9 @@ PRECISIONS = ("fp32", "fp16", "bf16")
 # (atol, rtol) of engine vs onnxruntime, by compute precision. fp32 allows for TF32 tensor-core
 # matmuls/convolutions, which TensorRT enables by default on Ampere and later.
 TOLERANCES = {"fp32": (1e-3, 1e-3), "fp16": (1e-2, 1e-2), "bf16": (6e-2, 6e-2)}
+# The builder's peak memory per byte of weights, measured with tensorrt-rtx on the CPU (a
+# Llama-1B slice: 4.3 GB for 1.2 GB of weights, bench/llm.py): checked before a build starts.
+BUILDER_MEMORY_PER_WEIGHT_BYTE = 3.5
 
 __all__ = ["TensorRTBackend", "CheckReport", "check_engine_compat", "check_report", "support_rows",
            "reject_engine_input"]
@@ -165,7 +168,7 @@ class TensorRTBackend(Backend):
 
     # -- convert ------------------------------------------------------------------------------
     def convert(self, model: ir.Model, target: Target, workdir: Path) -> Artifact:
-        from unframe import io
+        from unframe import io, limits
         from unframe.converters.backends.tensorrt.build import BuildOptions, build
         from unframe.converters.backends.tensorrt.prepare import prepare
         from unframe.converters.backends.tensorrt.profiles import make_profile
@@ -177,6 +180,8 @@ class TensorRTBackend(Backend):
         if precision not in PRECISIONS:
             raise UsageError(f"unknown TensorRT precision {precision!r}",
                              f"use one of {', '.join(PRECISIONS)}")
+        limits.check_stage_memory(int(BUILDER_MEMORY_PER_WEIGHT_BYTE * io.tensor_bytes(model)),
+                                  "TensorRT's builder (its weights, tactics and the engine)")
         overflow, range_notes = range_analysis(model, precision)
         prepared = lower_precision(prepare(model.clone()), precision, keep_values=overflow, supports=supports_low)
         profile = make_profile(prepared, target.get("shapes"), target.get("sample_shapes"),
