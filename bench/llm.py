@@ -28,14 +28,41 @@ included), ``before_mb`` its RSS just before the measured call, ``seconds`` the 
   ``unframe_export_kv`` file to the stateful variant (``stateful=True``: the cache in iOS18
   states of 2048 tokens); ``coreml_anchor``: coremltools' own torch conversion of the same model
   (``torch.jit.trace`` of its logits, then ``ct.convert`` to an fp16 ML Program), the anchor.
-  Each says the size of its weights.bin (past 2 GiB at 1B: fp16 halves 4.7 GB).
+  Each says the size of its weights.bin (past 2 GiB at 1B: fp16 halves 4.7 GB);
+- ``tensorrt_preflight``: ``unframe.check(path, to="tensorrt")`` on the whole ``unframe_export``
+  (the op table and tensorrt-rtx's parser, which runs in a child process: its peak is
+  ``child_peak_mb``);
+- ``tensorrt_slice``: a slice with the same layer shapes (the same config with one decoder layer:
+  the full vocabulary embedding and one layer of every weight shape), exported by unframe, then
+  built into an engine by tensorrt-rtx on the CPU (``unframe.convert(path, to="tensorrt",
+  validate=False)``); only the build is timed.
+
+- ``check_onnx`` / ``check_coreml`` / ``inspect_onnx``: ``unframe.check(path, to=...)`` and
+  ``unframe inspect``'s ``describe`` on the ``unframe_export`` file (none reads the weights: the
+  CoreML check translates large weights as stand-ins).
 
 Each opset case also says whether the external data file is unchanged (size and mtime).
+
+Parity at full size (``--parity``, off by default: each case holds the model twice, source and
+runtime), on the model with its weights perturbed by half their own spread and the final norm
+scaled so that the logits' spread on the prompt is ``LOGIT_SPREAD`` (HF's init gives flat logits
+where every greedy token is a near-tie):
+
+- ``parity_onnx``: ``unframe.convert(model, to="onnx", kv_cache=True)`` with its checks: the
+  logits on the prompt against torch, and 32 greedy tokens (prefill, then the cache fed back)
+  on torch and onnxruntime;
+- ``parity_coreml`` / ``parity_stateful``: that file to CoreML (fp16), stateless and with the
+  cache in states, checked by the MIL evaluator against onnxruntime: the prompt's logits and a
+  prefill plus 4 decode steps.
+
+Each says the tokens that agree, the smallest top-1 margin and the logits' error; ``seconds``
+is the whole conversion, parity included, and ``stages`` splits it.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -68,7 +95,10 @@ CONFIGS: dict[str, dict[str, Any]] = {
         rope_theta=1000000.0, tie_word_embeddings=True),
 }
 CASES = ("anchor_export", "unframe_export", "unframe_export_kv", "opset_unframe", "opset_onnx",
-         "synthetic_unframe", "synthetic_onnx", "coreml_unframe", "coreml_stateful", "coreml_anchor")
+         "synthetic_unframe", "synthetic_onnx", "coreml_unframe", "coreml_stateful", "coreml_anchor",
+         "tensorrt_preflight", "tensorrt_slice", "check_onnx", "check_coreml", "inspect_onnx")
+PARITY_CASES = ("parity_onnx", "parity_coreml", "parity_stateful")
+LOGIT_SPREAD = 4.0  # std of the prompt's logits after perturbation
 EXPORTS = ("anchor_export", "unframe_export", "unframe_export_kv")
 
 
@@ -83,6 +113,71 @@ def build(arch: str, layers: int | None) -> Any:
         spec["num_hidden_layers"] = layers
     torch.manual_seed(0)
     return cls(config_cls(**spec)).eval()
+
+
+def perturbed(arch: str, layers: int | None) -> tuple[Any, dict[str, float]]:
+    """The model with every weight moved by half its own spread (seeded), and the final norm
+    scaled so that the prompt's logits spread by ``LOGIT_SPREAD``: greedy tokens then win by
+    margins a tolerance can't flip. Returns the model and its logits' figures on the prompt."""
+    import torch
+
+    model = build(arch, layers)
+    gen = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for p in model.parameters():  # a tied embedding is one parameter: moved once
+            spread = float(p.std()) if p.numel() > 1 and float(p.std()) > 0 else 0.1
+            p.add_(torch.randn(p.shape, generator=gen) * spread * 0.5)
+        logits = model(**samples(), use_cache=False).logits
+        model.model.norm.weight.mul_(LOGIT_SPREAD / float(logits.std()))
+        logits = model(**samples(), use_cache=False).logits[0, -1]
+    top = torch.topk(logits, 2).values
+    return model, {"logit_std": float(logits.std()), "logit_max": float(logits.abs().max()),
+                   "last_margin": float(top[0] - top[1])}
+
+
+def parity_case(case: str, folder: Path, arch: str, layers: int | None) -> dict[str, Any]:
+    import unframe
+    from unframe.errors import ParityError
+
+    row: dict[str, Any] = {"case": case}
+    source = folder / "parity" / "model.onnx"
+    if case == "parity_onnx":
+        import torch
+
+        torch.set_num_threads(2)
+        source.parent.mkdir(parents=True, exist_ok=True)
+        model, row["logits"] = perturbed(arch, layers)
+        row["weight_mb"] = sum(p.numel() * p.element_size() for p in model.parameters()) / 2**20
+        call = lambda: unframe.convert(model, to="onnx", kv_cache=True, sample_inputs=samples(),  # noqa: E731
+                                       output=source, force=True)
+    else:
+        out = folder / case / "model.mlpackage"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        row["weight_mb"] = sum(p.stat().st_size for p in source.parent.iterdir()
+                               if p.name.startswith(source.name)) / 2**20
+        call = lambda: unframe.convert(source, to="coreml", output=out, force=True,  # noqa: E731
+                                       stateful=case == "parity_stateful")
+    row["before_mb"] = rss_mb()
+    t0 = time.perf_counter()
+    try:
+        result = call()
+        report, row["stages"] = result.report, {k: round(v, 1) for k, v in result.timings.items()}
+    except ParityError as exc:
+        report, row["failed"] = exc.report, str(exc)
+    row["seconds"] = time.perf_counter() - t0
+    row["peak_rss_mb"] = peak_mb()
+    stages = [s for s in report.stages if s.generation is not None] if report is not None else []
+    row["parity"] = [s.summary() for s in (report.stages if report is not None else [])]
+    if stages:
+        g = stages[-1].generation
+        row["tokens"] = f"{g.identical}/{g.steps}"
+        row["min_margin"], row["status"] = g.min_margin, g.status
+        row["note"] = (f"{g.identical}/{g.steps} greedy tokens identical, smallest margin "
+                       f"{g.min_margin:.3g} ({g.decisive} decisive), prefill logits max abs err "
+                       f"{g.prefill_max_abs:.3g} (tolerance {g.prefill_tolerance:.3g}); {g.status}")
+    else:
+        row["note"] = row.get("failed", "no generation parity ran")
+    return row
 
 
 def samples() -> dict[str, Any]:
@@ -142,10 +237,29 @@ def coreml_unframe(source: Path, out: Path, stateful: bool) -> None:
                     **({"stateful": True} if stateful else {}))
 
 
+def _alias_for_coremltools() -> None:
+    """coremltools 9 has no converter for ``aten.alias`` (torch 2.13's decompositions leave it):
+    registered through its own hook as an identity, so the anchor runs as its users would make
+    it run."""
+    from coremltools.converters.mil import Builder as mb
+    from coremltools.converters.mil.frontend.torch.ops import _get_inputs
+    from coremltools.converters.mil.frontend.torch.torch_op_registry import (
+        _TORCH_OPS_REGISTRY,
+        register_torch_op,
+    )
+
+    if "alias" in _TORCH_OPS_REGISTRY:
+        return
+
+    def alias(context: Any, node: Any) -> None:
+        context.add(mb.identity(x=_get_inputs(context, node, expected=1)[0], name=node.name))
+
+    register_torch_op(alias)
+
+
 def coreml_anchor(model: Any, out: Path) -> None:
     """coremltools' documented torch route: trace the logits, convert to an fp16 ML Program."""
     import coremltools as ct
-    import numpy as np
     import torch
 
     class Logits(torch.nn.Module):
@@ -153,17 +267,81 @@ def coreml_anchor(model: Any, out: Path) -> None:
             super().__init__()
             self.inner = inner
 
-        def forward(self, input_ids: Any) -> Any:
-            return self.inner(input_ids=input_ids, use_cache=False, return_dict=False)[0]
+        def forward(self, input_ids: Any, attention_mask: Any) -> Any:
+            # with a mask given, transformers skips its packed-sequence probe (torch.diff, which
+            # coremltools' torch frontend does not take)
+            return self.inner(input_ids=input_ids, attention_mask=attention_mask, use_cache=False,
+                              return_dict=False)[0]
 
+    _alias_for_coremltools()
     model.config.use_cache = False
-    with torch.no_grad():
-        traced = torch.jit.trace(Logits(model).eval(), (samples()["input_ids"],), check_trace=False)
-    mlmodel = ct.convert(traced, convert_to="mlprogram", compute_precision=ct.precision.FLOAT16,
-                         inputs=[ct.TensorType(name="input_ids", dtype=np.int32,
-                                               shape=(1, ct.RangeDim(1, 2048, default=PROMPT)))],
+    feed = samples()
+    args = (feed["input_ids"], feed["attention_mask"])
+    with torch.no_grad():  # coremltools' torch.export route (its TorchScript one lacks new_ones)
+        seq = torch.export.Dim("sequence_length", min=2, max=2048)
+        program = torch.export.export(Logits(model).eval(), args, dynamic_shapes=({1: seq}, {1: seq}))
+        program = program.run_decompositions()  # core ATen (new_ones has no MIL mapping)
+    mlmodel = ct.convert(program, convert_to="mlprogram", compute_precision=ct.precision.FLOAT16,
                          minimum_deployment_target=ct.target.iOS16, skip_model_load=True)
     mlmodel.save(str(out))
+
+
+def tensorrt_case(case: str, folder: Path, arch: str) -> dict[str, Any]:
+    import resource
+
+    import unframe
+
+    row: dict[str, Any] = {"case": case}
+    if case == "tensorrt_preflight":
+        source = folder / "unframe_export" / "model.onnx"
+        call = lambda: unframe.check(source, to="tensorrt")  # noqa: E731
+    else:
+        source = folder / case / "slice.onnx"
+        source.parent.mkdir(parents=True, exist_ok=True)
+        model = build(arch, 1)
+        unframe.convert(model, to="onnx", sample_inputs=samples(), output=source, validate=False, force=True,
+                        dynamic=[("input_ids", 1, "sequence_length"), ("attention_mask", 1, "sequence_length")])
+        del model
+        out = source.parent / "slice.engine"
+        call = lambda: unframe.convert(source, to="tensorrt", output=out, validate=False, force=True)  # noqa: E731
+    row["weight_mb"] = sum(p.stat().st_size for p in source.parent.iterdir()
+                           if p.name.startswith(source.name)) / 2**20
+    row["before_mb"] = rss_mb()
+    t0 = time.perf_counter()
+    result = call()
+    row["seconds"] = time.perf_counter() - t0
+    row["peak_rss_mb"] = peak_mb()
+    row["child_peak_mb"] = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    if case == "tensorrt_preflight":
+        row["note"] = ("ok" if result else f"{len(result.blockers)} blockers: {result.blockers[0]}") + (
+            f"; parser child peak {row['child_peak_mb']:.0f} MiB")
+    else:
+        row["output_mb"] = out.stat().st_size / 2**20
+        row["note"] = f"engine {row['output_mb']:.0f} MiB; builder child peak {row['child_peak_mb']:.0f} MiB"
+    return row
+
+
+def read_only_case(case: str, folder: Path) -> dict[str, Any]:
+    """``check`` or ``inspect`` of the exported file: time and peak, and whether the external
+    data file was left as it was."""
+    import unframe
+    from unframe.cli.inspect import describe
+
+    source = folder / "unframe_export" / "model.onnx"
+    data = source.with_name(source.name + ".data")
+    before = (data.stat().st_size, data.stat().st_mtime_ns)
+    row: dict[str, Any] = {"case": case, "external_mb": before[0] / 2**20, "before_mb": rss_mb()}
+    t0 = time.perf_counter()
+    if case == "inspect_onnx":
+        info = describe(str(source))
+        row["note"] = f"{len(info.get('inputs', []))} inputs, {len(info.get('outputs', []))} outputs"
+    else:
+        result = unframe.check(source, to=case.split("_")[1])
+        row["note"] = "ok" if result else f"{len(result.blockers)} blockers"
+    row["seconds"] = time.perf_counter() - t0
+    row["peak_rss_mb"] = peak_mb()
+    row["external_unchanged"] = before == (data.stat().st_size, data.stat().st_mtime_ns)
+    return row
 
 
 def _weights_bin(out: Path) -> float:
@@ -174,6 +352,12 @@ def _weights_bin(out: Path) -> float:
 def child(case: str, folder: Path, arch: str, layers: int | None, opset: int) -> dict[str, Any]:
     torchvision_shim()
     row: dict[str, Any] = {"case": case}
+    if case.startswith("tensorrt"):
+        return tensorrt_case(case, folder, arch)
+    if case in PARITY_CASES:
+        return parity_case(case, folder, arch, layers)
+    if case in ("check_onnx", "check_coreml", "inspect_onnx"):
+        return read_only_case(case, folder)
     if case.startswith("coreml"):
         out = folder / case / "model.mlpackage"
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -263,6 +447,7 @@ def write_synthetic(folder: Path, tensors: int = 8, side: int = 8192) -> Path:
 
 
 def run_case(case: str, folder: Path, args: argparse.Namespace) -> dict[str, Any]:
+    os.sync()  # the last case's writes reach the disk first: each case pays for its own
     cmd = [sys.executable, __file__, "--child", case, "--folder", str(folder), "--arch", args.arch,
            "--opset", str(args.opset)] + (["--layers", str(args.layers)] if args.layers else [])
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
@@ -324,9 +509,13 @@ def main() -> None:
     parser.add_argument("--arch", choices=sorted(CONFIGS), default="llama-1b")
     parser.add_argument("--layers", type=int, default=None)
     parser.add_argument("--opset", type=int, default=21, help="target of the opset cases")
-    parser.add_argument("--skip", nargs="*", default=[], choices=CASES)
+    parser.add_argument("--skip", nargs="*", default=[], choices=CASES + PARITY_CASES)
     parser.add_argument("--out", type=Path, default=None)
-    parser.add_argument("--child", choices=CASES)
+    parser.add_argument("--parity", action="store_true", help="also run the full-size parity cases")
+    parser.add_argument("--only-parity", action="store_true", help="run the parity cases alone")
+    parser.add_argument("--workdir", type=Path, default=None,
+                        help="keep the models here (default: a temporary folder, removed after)")
+    parser.add_argument("--child", choices=CASES + PARITY_CASES)
     parser.add_argument("--folder", type=Path)
     args = parser.parse_args()
     if args.child:
@@ -334,11 +523,14 @@ def main() -> None:
         return
     state = [f"before: {machine_state()}"]
     rows: dict[str, dict[str, Any]] = {}
-    with tempfile.TemporaryDirectory(prefix="unframe-bench-llm-") as tmp:
+    with (contextlib.nullcontext(str(args.workdir)) if args.workdir
+          else tempfile.TemporaryDirectory(prefix="unframe-bench-llm-")) as tmp:
         folder = Path(tmp)
-        if not {"synthetic_unframe", "synthetic_onnx"} <= set(args.skip):
+        folder.mkdir(parents=True, exist_ok=True)
+        if not args.only_parity and not {"synthetic_unframe", "synthetic_onnx"} <= set(args.skip):
             write_synthetic(folder / "synthetic")
-        for case in CASES:
+        cases = (() if args.only_parity else CASES) + (PARITY_CASES if args.parity or args.only_parity else ())
+        for case in cases:
             if case in args.skip:
                 continue
             rows[case] = run_case(case, folder, args)
