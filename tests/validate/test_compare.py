@@ -172,3 +172,48 @@ def test_a_swap_of_detections_whose_scores_differ_still_fails():
     result = compare(ref, swapped, [{}], stage="backend", default_fn=lambda _dt: (1e-2, 1e-2))
     assert not result and not result.reordered
     assert "boxes" in result.reason and "labels" in result.reason
+
+
+def _kept(boxes: list[list[float]], scores: list[float], labels: list[int]) -> FnRunner:
+    out = {"boxes": np.array(boxes, np.float32), "scores": np.array(scores, np.float32),
+           "labels": np.array(labels, np.int64)}
+    return FnRunner("side", lambda _f: out)
+
+
+REF_BOXES = [[0, 0, 10, 10], [5, 5, 40, 40], [50, 60, 90, 99], [1, 2, 3, 4]]
+
+
+def test_another_detection_kept_at_a_tied_cut_is_weak_not_a_failure():
+    """detections_per_img keeps 4 of scores crowded at 0.96-0.95; the 4th and 5th candidates
+    score 0.9545 and 0.9530, closer than fp16 resolves, and fp16 keeps the 5th (another box). Which one is kept is a tie, not a
+    difference: the rows are not compared and the stage is weak, saying why."""
+    ref = _kept(REF_BOXES, [0.99, 0.97, 0.96, 0.9545], [1, 2, 3, 1])
+    other = _kept(REF_BOXES[:3] + [[70, 70, 80, 95]], [0.99, 0.97, 0.96, 0.9530], [1, 2, 3, 2])
+    result = compare(ref, other, [{}], stage="backend", default_fn=lambda _dt: (1e-2, 1e-2))
+    assert result, result.reason
+    assert result.cut_ties and "1 of 4 rows" in result.cut_ties[0] and "at the cut" in result.cut_ties[0]
+    assert any("at the cut" in w for w in result.weak) and "WEAK" in result.summary()
+    # at float32's tolerance the two scores don't tie: the same difference fails
+    assert not compare(ref, other, [{}], stage="export")
+    # every box wrong among the same crowded scores: more than a tie at the cut swaps
+    shifted = _kept([[b + 30 for b in box] for box in REF_BOXES], [0.99, 0.97, 0.96, 0.9545], [1, 2, 3, 1])
+    result = compare(ref, shifted, [{}], stage="backend", default_fn=lambda _dt: (1e-2, 1e-2))
+    assert not result and not result.cut_ties
+
+
+def test_a_different_detection_away_from_the_cut_still_fails():
+    """The same other box, but kept in the middle (its score ties with nothing kept there), at the
+    end with a score far from the cut, or at the end with the reference's own score where the
+    cut is not in a band of tied scores (a wrong box, not another detection): differences."""
+    fp16 = lambda _dt: (1e-2, 1e-2)  # noqa: E731
+    ref = _kept(REF_BOXES, [0.99, 0.97, 0.90, 0.60], [1, 2, 3, 1])
+    middle = _kept([REF_BOXES[0], [70, 70, 80, 95], REF_BOXES[2], REF_BOXES[3]], [0.99, 0.93, 0.90, 0.60],
+                   [1, 2, 3, 1])
+    assert not compare(ref, middle, [{}], stage="backend", default_fn=fp16)
+    low = _kept(REF_BOXES[:3] + [[70, 70, 80, 95]], [0.99, 0.97, 0.90, 0.30], [1, 2, 3, 2])
+    result = compare(ref, low, [{}], stage="backend", default_fn=fp16)
+    assert not result and not result.cut_ties
+    # a right score with a wrong box at the cut: matched by its score, compared, failed
+    wrong_box = _kept(REF_BOXES[:3] + [[70, 70, 80, 95]], [0.99, 0.97, 0.90, 0.60], [1, 2, 3, 1])
+    result = compare(ref, wrong_box, [{}], stage="backend", default_fn=fp16)
+    assert not result and "boxes" in result.reason and not result.cut_ties

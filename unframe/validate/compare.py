@@ -74,6 +74,7 @@ class StageParity:
     reason: str = ""  # why it failed or was skipped
     feeds_note: str = ""  # which feeds were used when the first ones gave a degenerate reference
     reordered: list[str] = field(default_factory=list)  # rows matched across tied scores (detections)
+    cut_ties: list[str] = field(default_factory=list)  # detections kept differently at a tied cut (weak)
     # a decoder's greedy tokens on both sides (unframe.validate.generate.GenerationParity)
     generation: Any = None
 
@@ -85,6 +86,7 @@ class StageParity:
         """Why a passed stage proves little: one reason per degenerate output, and a greedy
         generation that parted at a near-tie."""
         weak = [f"output {o.name!r}: {o.weak}" for o in self.outputs if o.weak]
+        weak.extend(self.cut_ties)
         if self.generation is not None and self.generation.status == "tie":
             weak.append(f"greedy generation: {self.generation.reason}")
         return weak
@@ -211,9 +213,11 @@ def compare(ref: Runner, out: Runner, feeds: Mapping[str, np.ndarray] | Sequence
             floor = (floors or {}).get(name, 0.0) if name not in exact else 0.0
             return _allowed(_tolerance(name, a, b, atol, rtol, exact, defaults, default_fn, floor), a)
 
-        pairs, reordered = match_tied_rows(pairs, slack)
+        pairs, reordered, cut = match_tied_rows(pairs, slack)
         if reordered and reordered not in result.reordered:
             result.reordered.append(reordered)
+        if cut and cut not in result.cut_ties:
+            result.cut_ties.append(cut)
         for name, (a, b) in pairs.items():
             floor = (floors or {}).get(name, 0.0) if name not in exact else 0.0
             tol = _tolerance(name, a, b, atol, rtol, exact, defaults, default_fn, floor)
@@ -239,16 +243,24 @@ MAX_TIED_ROWS = 1000  # detections per image beyond which rows are not re-matche
 
 
 def match_tied_rows(pairs: dict[str, tuple[np.ndarray, np.ndarray]], slack: Any
-                    ) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]], str]:
+                    ) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]], str, str]:
     """Detections come sorted by score, and scores that tie within the tolerance (fp16 can't tell
     0.98050 from 0.98039) may come in either order, their boxes and labels with them. For a 1-D
     float output sorted in descending order in the reference (the scores) and the outputs with
     as many rows (boxes, labels), each reference row is matched to the candidate row whose score
     is within ``slack(name, ref, out)`` of its own and whose other outputs are closest; the rows
-    are then compared in that order. A score with no candidate within its slack leaves the
-    order as it is (the comparison says what differs), and so does a candidate whose scores are
-    not themselves in descending order (beyond the slack). Returns the pairs and a note ("" when
-    nothing moved)."""
+    are then compared in that order.
+
+    At the cut (``detections_per_img``: the last kept score) a tie decides *which* detections are
+    kept, not only their order: the candidate may keep another detection whose score ties with
+    the cut in place of one the reference kept. Where the cut falls inside a band of tied scores
+    (the reference's last two kept scores tie), a row that still differs after matching, whose
+    scores on both sides tie with the cut, is such a swap; up to ``CUT_SWAPS`` of the kept rows
+    (at least one) are left uncompared and the stage is weak, saying so. More than that, or any
+    other row without a counterpart, is a difference: the order is left as it is and the
+    comparison says what differs, as it does for a candidate whose scores are not themselves in
+    descending order (beyond the slack). Returns the pairs, a note on reordered rows and a note
+    on swaps at the cut ("" when none)."""
     for name, (a, b) in pairs.items():
         if _kind(a) != "float" or a.ndim != 1 or a.shape != b.shape or not 2 <= a.size <= MAX_TIED_ROWS:
             continue
@@ -262,25 +274,76 @@ def match_tied_rows(pairs: dict[str, tuple[np.ndarray, np.ndarray]], slack: Any
         allowed, out = slack(name, a, b), b.astype(np.float64)
         if not np.all(np.diff(out) <= allowed[1:]):
             continue  # the candidate's rows are not in score order: a difference, not a tie
+        found = _match_rows(pairs, rows, ref, out, allowed)
+        if found is None:
+            return pairs, "", ""
+        perm, unmatched = found
+        swapped = sorted({*unmatched, *_differing_rows(pairs, rows, perm, slack)})
+        crowded = ref[-2] - ref[-1] <= allowed[-2]  # the cut falls inside a band of tied scores
+        tied = crowded and all(ref[i] - ref[-1] <= allowed[i] and abs(out[perm[i]] - ref[-1]) <= allowed[-1]
+                               for i in swapped)
+        if swapped and (not tied or len(swapped) > max(1, int(CUT_SWAPS * ref.size))):
+            swapped = []  # not a tie at the cut: compared as they are, and it fails
+            if unmatched:
+                return pairs, "", ""
         k = a.shape[0]
-        used = np.zeros(k, dtype=bool)
-        perm = np.empty(k, dtype=np.int64)
-        for i in range(k):
-            near = np.flatnonzero(~used & (np.abs(out - ref[i]) <= allowed[i]))
-            if near.size == 0:
-                return pairs, ""
-            cost = [sum(_row_distance(pairs[r][0][i], pairs[r][1][j]) for r in rows) for j in near]
-            perm[i] = near[int(np.argmin(cost))]
-            used[perm[i]] = True
-        moved = int(np.count_nonzero(perm != np.arange(k)))
-        if not moved:
-            return pairs, ""
+        compared = np.ones(k, dtype=bool)
+        compared[swapped] = False
+        moved = int(np.count_nonzero((perm != np.arange(k)) & compared))
+        if not moved and not swapped:
+            return pairs, "", ""
         matched = dict(pairs)
         for n in (name, *rows):
-            matched[n] = (pairs[n][0], pairs[n][1][perm])
-        return matched, (f"{moved} of {k} rows of {', '.join(repr(n) for n in (name, *rows))} matched "
-                         "across scores that tie within the tolerance")
-    return pairs, ""
+            ours = pairs[n][1][perm].copy()
+            ours[swapped] = pairs[n][0][swapped]  # another tied detection kept: nothing to compare
+            matched[n] = (pairs[n][0], ours)
+        names = ", ".join(repr(n) for n in (name, *rows))
+        reordered = (f"{moved} of {k} rows of {names} matched across scores that tie within the "
+                     "tolerance") if moved else ""
+        cut = (f"{len(swapped)} of {k} rows of {names} hold another detection at the cut: scores on "
+               f"both sides tie with the last one kept ({ref[-1]:.4g}) within the tolerance, so "
+               "either may be kept") if swapped else ""
+        return matched, reordered, cut
+    return pairs, "", ""
+
+
+CUT_SWAPS = 0.25  # the share of kept detections a tie at the cut may swap (at least one)
+
+
+def _match_rows(pairs: dict[str, tuple[np.ndarray, np.ndarray]], rows: list[str], ref: np.ndarray,
+                out: np.ndarray, allowed: np.ndarray) -> tuple[np.ndarray, list[int]] | None:
+    """(the candidate row for each reference row, the reference rows no candidate score ties
+    with, given the rows left over), or None when that leaves nothing consistent."""
+    k = ref.shape[0]
+    used = np.zeros(k, dtype=bool)
+    perm = np.empty(k, dtype=np.int64)
+    unmatched: list[int] = []
+    for i in range(k):
+        near = np.flatnonzero(~used & (np.abs(out - ref[i]) <= allowed[i]))
+        if near.size == 0:
+            unmatched.append(i)
+            continue
+        cost = [sum(_row_distance(pairs[r][0][i], pairs[r][1][j]) for r in rows) for j in near]
+        perm[i] = near[int(np.argmin(cost))]
+        used[perm[i]] = True
+    perm[unmatched] = np.flatnonzero(~used)[:len(unmatched)]
+    return perm, unmatched
+
+
+def _differing_rows(pairs: dict[str, tuple[np.ndarray, np.ndarray]], rows: list[str], perm: np.ndarray,
+                    slack: Any) -> list[int]:
+    """Reference rows whose matched candidate row differs beyond the tolerance in any output."""
+    bad: set[int] = set()
+    for r in rows:
+        x, y = pairs[r][0], pairs[r][1][perm]
+        if _kind(x) in ("int", "bool", "str"):
+            diff = np.asarray(x != y).reshape(x.shape[0], -1).any(axis=1)
+        else:
+            xf, yf = x.astype(np.float64), y.astype(np.float64)
+            over = np.abs(xf - yf) > slack(r, x, y)
+            diff = (over & ~(np.isnan(xf) & np.isnan(yf))).reshape(x.shape[0], -1).any(axis=1)
+        bad.update(int(i) for i in np.flatnonzero(diff))
+    return sorted(bad)
 
 
 def _row_distance(x: np.ndarray, y: np.ndarray) -> float:
