@@ -142,3 +142,22 @@ def test_split_point_keeps_dims_apart() -> None:
             assert past >= 3 and new >= 3 and past != new
             assert max(batch, 2) not in (past, new, tokens)
     assert splits > 150
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+def test_a_kv_cache_decoder_passes_tensorrt_preflight_and_builds(arch: str, tmp_path: Path) -> None:
+    """The cache's graph (past_key_values in, present out, dynamic batch, sequence and past
+    length) goes to TensorRT: pre-flight with the live parser agrees there is nothing to block,
+    and tensorrt-rtx builds an engine on the CPU whose network has the cache's inputs."""
+    from unframe.converters.backends.tensorrt import trtmodule
+
+    if trtmodule.load_or_none() is None:
+        pytest.skip("needs tensorrt or tensorrt-rtx-cu12 (the 'tensorrt' extra)")
+    _, _, path = lm.exported(arch, kv_cache=True)
+    checked = unframe.check(path, to="tensorrt")
+    assert checked and any("parser agree" in n for n in checked.notes), checked.notes
+    out = tmp_path / f"{arch}.engine"
+    result = unframe.convert(path, to="tensorrt", output=out, builder_optimization_level=0)
+    inputs = {t["name"] for t in result.artifact.metadata["network"]["inputs"]}
+    assert {"input_ids", "past_key_values.0.key", f"past_key_values.{LAYERS - 1}.value"} <= inputs
+    assert out.stat().st_size > 0
