@@ -138,13 +138,13 @@ class TorchFrontend(Frontend):
         dynamic_batch = _batch_is_dynamic(model, inputs)
         if inputs.batch is not None and not dynamic_batch:  # (--static leaves inputs.batch None)
             notes.append(_static_batch_note(native))
-        if not exp.has_external_data(model) and exp.weight_bytes(model) > io.EXTERNAL_DATA_THRESHOLD:
+        if not io.has_external_tensors(model) and io.tensor_bytes(model) > io.EXTERNAL_DATA_THRESHOLD:
             # The graph reads the live parameters until the run ends: an output is written from
             # them once and then read back from its file, a result kept in memory gets its own
             # copy (``io.snapshot_weights``): never a private copy on the way (4.7 GB at Llama-1B).
             notes.append(f"weights past {io.EXTERNAL_DATA_THRESHOLD / 2**30:g} GiB: kept in external data")
         extra: dict[str, Any] = {"inputs": inputs, "output_names": outputs, "module": module}
-        if workdir is not None and exp.has_external_data(model):
+        if workdir is not None and io.has_external_tensors(model):
             extra["workdir"] = workdir  # the lazy tensors live there; keep it while the result does
         elif workdir is not None:
             workdir.cleanup()

@@ -140,20 +140,6 @@ def export_torchscript(model: Any, inputs: ModelInputs, outputs: list[str] | Non
     return model_ir
 
 
-def weight_bytes(model: ir.Model) -> int:
-    total = 0
-    for value in model.graph.initializers.values():
-        tensor = value.const_value
-        if tensor is not None:
-            total += tensor.nbytes
-    return total
-
-
-def has_external_data(model: ir.Model) -> bool:
-    return any(isinstance(v.const_value, ir.ExternalTensor)
-               for v in model.graph.initializers.values())
-
-
 def new_workdir() -> tempfile.TemporaryDirectory[str]:
     """The export's own folder: its external data is read from there by the tools that check it."""
     from unframe import io
