@@ -105,3 +105,24 @@ def test_the_model_is_restored_and_nothing_left_when_writing_fails(small_thresho
     assert {name: v.const_value for name, v in model.graph.initializers.items()} == before
     assert sorted(p.name for p in Path(workdir.name).iterdir()) == ["m.onnx", "m.onnx.data"]
     workdir.cleanup()
+
+
+def test_stand_ins_are_zeros_in_a_sparse_file_and_nothing_is_read(tmp_path, small_thresholds, monkeypatch):
+    """For a verdict (TensorRT's parser on a check): float weights past STAND_IN_BYTES are zeros
+    of their shape and type in a file of holes; the user's weight is never read."""
+    monkeypatch.setattr(io, "STAND_IN_BYTES", 1024)
+    path, w, b = _external_model(tmp_path)
+    model = ir.load(path)
+    reads: list[str] = []
+    real = ir.ExternalTensor.numpy
+    monkeypatch.setattr(ir.ExternalTensor, "numpy", lambda self: reads.append(self.name) or real(self))
+    monkeypatch.setattr(ir.ExternalTensor, "tobytes", lambda self: reads.append(self.name) or b"")
+    with io.tool_file(model, stand_ins=True) as tool:
+        zeros = tool.with_name("model.onnx.zeros")
+        assert zeros.stat().st_size >= w.nbytes and zeros.stat().st_blocks == 0  # holes only
+        assert reads == []
+        monkeypatch.undo()
+        x, got = _run(tool)
+        np.testing.assert_allclose(got, np.broadcast_to(b, got.shape), rtol=1e-6)  # x @ 0 + b
+    assert isinstance(model.graph.initializers["w"].const_value, ir.ExternalTensor)
+    assert Path(model.graph.initializers["w"].const_value.base_dir) == tmp_path

@@ -922,7 +922,7 @@ def private_dir(prefix: str) -> tempfile.TemporaryDirectory[str]:
 
 
 @contextmanager
-def tool_file(model: ir.Model) -> Iterator[Path]:
+def tool_file(model: ir.Model, *, stand_ins: bool = False) -> Iterator[Path]:
     """A file of ``model`` for another program to read by path (TensorRT's parser, onnxruntime
     or onnx's reference evaluator in a child), removed after the block. The model is never
     serialized whole in memory nor near protobuf's 2 GiB (a prepared copy of a 1.5 GB model with
@@ -931,7 +931,14 @@ def tool_file(model: ir.Model) -> Iterator[Path]:
     (``private_dir``: the torch export's), the file is written there and reads them where they
     lie, neither read nor copied here; otherwise they are streamed into a private copy (a user's
     file is never linked: onnx's and onnx-ir's loaders refuse a data file with several links,
-    the user's own included while a link lasts). The model is left as it was."""
+    the user's own included while a link lasts). ``stand_ins``: float weights of
+    ``STAND_IN_BYTES`` or more are zeros of their shape and type, in a sparse file (for a verdict
+    on what a program takes, which no weight's values decide: nothing of them is read or
+    written). The model is left as it was."""
+    if stand_ins:
+        with tempfile.TemporaryDirectory(prefix="unframe-tool-") as tmp:
+            yield _save_with_stand_ins(model, Path(tmp) / "model.onnx")
+        return
     if not needs_external_data(model, TOOL_INLINE_BYTES):
         with tempfile.TemporaryDirectory(prefix="unframe-tool-") as tmp:
             path = Path(tmp) / "model.onnx"
@@ -953,6 +960,53 @@ def tool_file(model: ir.Model) -> Iterator[Path]:
     finally:
         path.unlink(missing_ok=True)
         data.unlink(missing_ok=True)
+
+
+# A check (``check --to coreml``'s dry translation, TensorRT's parser verdict) takes float weights
+# this large as stand-ins of their shape and type: no verdict on what converts reads their values.
+STAND_IN_BYTES = 16 << 20
+_FLOATS = frozenset({ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.BFLOAT16, ir.DataType.DOUBLE})
+
+
+def stands_in(tensor: Any) -> bool:
+    """Whether a check takes ``tensor`` as a stand-in (a float weight of ``STAND_IN_BYTES`` or more)."""
+    return tensor.dtype in _FLOATS and tensor.nbytes >= STAND_IN_BYTES
+
+
+def _save_with_stand_ins(model: ir.Model, path: Path) -> Path:
+    """``model`` at ``path``, its large float weights pointing at one sparse file of zeros and
+    other weights past the inline size in ``<name>.data``; its tensors put back after."""
+    zeros, data = path.with_name(path.name + ".zeros"), path.with_name(path.name + ".data")
+    swapped: list[tuple[ir.Value, Any]] = []
+    fresh: list[ir.Value] = []
+    offset = 0
+    try:
+        for graph in model.graphs():
+            for value in graph.initializers.values():
+                tensor = value.const_value
+                if tensor is None:
+                    continue
+                if stands_in(tensor):
+                    swapped.append((value, tensor))
+                    value.const_value = ir.ExternalTensor(
+                        zeros.name, offset, tensor.nbytes, tensor.dtype, shape=tensor.shape,
+                        name=tensor.name, base_dir=path.parent)
+                    offset += -(-tensor.nbytes // 4096) * 4096
+                elif tensor.nbytes > EXTERNAL_TENSOR_MIN_BYTES:
+                    fresh.append(value)
+        with zeros.open("wb") as f:
+            f.truncate(offset)  # holes: no disk, and reads of zeros
+        if fresh:
+            tensors = [v.const_value for v in fresh]
+            external = ir.external_data.convert_tensors_to_external(tensors, path.parent, data.name)
+            for value, tensor, out in zip(fresh, tensors, external, strict=True):
+                swapped.append((value, tensor))
+                value.const_value = out
+        ir.save(model, path)
+    finally:
+        for value, tensor in reversed(swapped):
+            value.const_value = tensor
+    return path
 
 
 def _private_home(model: ir.Model) -> Path | None:

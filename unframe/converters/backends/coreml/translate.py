@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import onnx_ir as ir
 
+from unframe import io
 from unframe.converters.backends.coreml.context import MIL_DTYPES, TranslateContext, mil_type, np_const
 from unframe.converters.backends.coreml.ops import ALTERNATIVES, TRANSLATORS
 from unframe.converters.backends.coreml.rank import MAX_RANK, fold_high_rank_windows
@@ -357,17 +358,14 @@ class Translation:
     stand_ins: int = 0  # weights translated as stand-ins (a dry run): not a program to convert
 
 
-# A dry run (``check``) translates float weights this large as stand-ins of their shape and type:
-# no translator's decision reads a weight's values (shapes, axes and indices are small, and kept),
-# and reading them would be most of a check's time and memory (4.7 GB at Llama-1B).
-STAND_IN_BYTES = 16 << 20
-
 
 def translate(model: ir.Model, ios: int, options: dict[str, Any], *, dry: bool = False) -> Translation:
     """What `check` runs dry and `convert` runs for real, so the two can't disagree: the static
     blockers of :func:`check_model`; else dtype legalization of a copy of the graph (the model is
     not changed) and the MIL program built from it, a node that fails to translate being a
-    blocker. ``dry``: large float weights are stand-ins (``STAND_IN_BYTES``), never read."""
+    blocker. ``dry``: large float weights are stand-ins (``io.STAND_IN_BYTES``), never read: no
+    translator's decision reads a weight's values (shapes, axes and indices are small, and
+    kept), and reading them would be most of a check's time and memory (4.7 GB at Llama-1B)."""
     from unframe.converters.backends.coreml.legalize import legalize
     from unframe.converters.backends.coreml.mil_eval._ct import import_coremltools
 
@@ -381,7 +379,7 @@ def translate(model: ir.Model, ios: int, options: dict[str, Any], *, dry: bool =
     legal = legalize(work, ios, str(options.get("precision", "fp16")).lower())
     notes = list(legal.notes)
     if stand_ins:
-        notes.append(f"{stand_ins} float weight(s) past {STAND_IN_BYTES >> 20} MiB not read by the "
+        notes.append(f"{stand_ins} float weight(s) past {io.STAND_IN_BYTES >> 20} MiB not read by the "
                      "check (their values decide nothing it checks); the conversion scans them for "
                      "values past fp16's range")
     if folded:
@@ -423,15 +421,13 @@ def translate(model: ir.Model, ios: int, options: dict[str, Any], *, dry: bool =
 
 
 def _stand_in_weights(model: ir.Model) -> int:
-    """Replace the model's (a copy's) float weights of ``STAND_IN_BYTES`` or more by zeros of
+    """Replace the model's (a copy's) float weights of ``io.STAND_IN_BYTES`` or more by zeros of
     their shape and type that take no memory (a broadcast view); how many."""
     count = 0
     for graph in model.graphs():
         for value in graph.initializers.values():
             tensor = value.const_value
-            if (tensor is not None and tensor.nbytes >= STAND_IN_BYTES
-                    and tensor.dtype in (ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.BFLOAT16,
-                                         ir.DataType.DOUBLE)):
+            if tensor is not None and io.stands_in(tensor):
                 zero = np.zeros((), dtype=tensor.dtype.numpy())
                 value.const_value = ir.Tensor(np.broadcast_to(zero, tuple(tensor.shape.numpy())),
                                               dtype=tensor.dtype, name=tensor.name)

@@ -516,7 +516,8 @@ def parser_verdict(model: ir.Model) -> ParserVerdict | None:
 
     if trtmodule.installed_flavour() is None:
         return None
-    with io.tool_file(model) as path:  # the parser reads large weights from a file beside it
+    # a verdict on what the parser takes: large float weights as zeros (nothing of them read)
+    with io.tool_file(model, stand_ins=True) as path:
         answer = sandbox.call(SANDBOX, verdict_in_child, path, what="TensorRT's ONNX parser",
                               timeout=parse_timeout(path), preload=import_tensorrt, crash_error=InputError,
                               hint="the model holds something TensorRT's parser can't take")
