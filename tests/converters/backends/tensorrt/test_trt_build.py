@@ -285,8 +285,9 @@ def test_a_64_mib_external_tensor_is_checked_and_built_from_a_users_file(backend
     it was."""
     import hashlib
 
-    import unframe
     from spine_utils import one_big_external_tensor
+
+    import unframe
 
     src = one_big_external_tensor(tmp_path)
     data = tmp_path / "big.onnx.data"
