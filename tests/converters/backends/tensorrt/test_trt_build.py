@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import onnx_ir as ir
 import pytest
-from onnx import helper
+from onnx import TensorProto, helper
 from trt_models import cnn_model, const, make_model, torch_model, trt_or_skip, vi
 
 from unframe.converters.backends.tensorrt import preflight, sidecar, trtmodule
@@ -249,6 +249,45 @@ def test_position_ids_from_an_integer_cumsum_build(backend, tmp_path):
     _, meta = convert_and_write(backend, model, target(), tmp_path)
     assert io_of(meta, "outputs") == [("pos", "INT64", [2, 6])]
     assert meta["network"]["layer_output_types"].get("FLOAT", 0) >= 1  # the float CumSum
+
+
+def test_keeping_scores_over_a_threshold_builds(backend, tmp_path):
+    """``scores[scores > t]`` and NonZero over one axis (torchvision's detectors keep boxes so): the
+    parser of the installed TensorRT takes the prepared graph and the builder makes an engine whose
+    outputs have a data-dependent length. With tensorrt-rtx, whose parser has no NonZero, that is
+    the compaction of the preparation (its indices are checked against NonZero's by onnxruntime in
+    test_trt_prepare)."""
+    from test_trt_prepare import keep_over_threshold_model
+
+    model = keep_over_threshold_model()
+    _, meta = convert_and_write(backend, model, target(sample_shapes={"s": (64,)}), tmp_path)
+    assert io_of(meta, "inputs") == [("s", "FLOAT", [-1])]
+    assert [(n, t, len(s)) for n, t, s in io_of(meta, "outputs")] == [
+        ("kept", "FLOAT", 1), ("i", "INT64", 2), ("j", "INT64", 2), ("l", "INT64", 2)]
+    assert all(shape[-1] == -1 for _, _, shape in io_of(meta, "outputs"))
+
+
+def test_tensorrt_rtx_builder_has_no_non_max_suppression():
+    """The fact behind preflight.NO_RUNNER_OPS: tensorrt-rtx parses a one-node NonMaxSuppression
+    graph, then its builder finds no implementation. Fails once a tensorrt-rtx release builds it
+    (then take it off the list)."""
+    trt = trt_or_skip()
+    if trt.__name__ != "tensorrt_rtx":
+        pytest.skip("a fact about tensorrt-rtx; NVIDIA's TensorRT builds NonMaxSuppression")
+    model = make_model([helper.make_node("NonMaxSuppression", ["b", "s", "m", "iou"], ["sel"])],
+                       [vi("b", [1, 10, 4]), vi("s", [1, 1, 10])], [vi("sel", ["K", 3], TensorProto.INT64)],
+                       [const("m", np.array([5], np.int64)), const("iou", np.array([0.5], np.float32))])
+    logger = trtmodule.CollectingLogger(trt)
+    builder = trt.Builder(logger)
+    network = builder.create_network(trtmodule.strongly_typed_flags(trt))
+    parser = trt.OnnxParser(network, logger)
+    assert parser.parse(ir.to_proto(model).SerializeToString())
+    assert builder.build_serialized_network(network, builder.create_builder_config()) is None
+    assert any("no runners" in message for _, message in logger.messages)
+    from unframe.converters.backends.tensorrt.backend import check_report
+
+    report = check_report(model)  # the blocker, and no disagreement: the parser does take it
+    assert [b.op for b in report.blockers] == ["NonMaxSuppression"] and report.disagreements == []
 
 
 def test_large_weights_reach_the_parser_in_external_data(backend, tmp_path, monkeypatch):

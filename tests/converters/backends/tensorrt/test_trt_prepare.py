@@ -10,6 +10,7 @@ from trt_models import const, make_model, ort_run, vi
 
 from unframe.converters.backends.tensorrt import preflight
 from unframe.converters.backends.tensorrt.prepare import (
+    CompactNonZeroPass,
     FloatCumSumPass,
     FoldConstantsPass,
     NarrowInt64Pass,
@@ -178,6 +179,65 @@ def test_nonzero_of_a_mask_reads_it_as_float_with_the_same_indices():
     for name in ("i", "j"):
         np.testing.assert_array_equal(after[name], before[name])
     assert preflight.check(prepared) == []
+
+
+def keep_over_threshold_model(length: int | str = "N"):
+    """torchvision's detectors: ``scores[scores > t]`` (NonZero -> Transpose -> GatherND), plus the
+    indices of a float tensor's nonzeros and of an int64 tensor's, each over one axis."""
+    nodes = [helper.make_node("Greater", ["s", "t"], ["m"]), helper.make_node("NonZero", ["m"], ["i"]),
+             helper.make_node("Transpose", ["i"], ["it"], perm=[1, 0]),
+             helper.make_node("GatherND", ["s", "it"], ["kept"]),
+             helper.make_node("NonZero", ["s"], ["j"]),
+             helper.make_node("Cast", ["s"], ["k"], to=TensorProto.INT64),
+             helper.make_node("NonZero", ["k"], ["l"])]
+    return make_model(nodes, [vi("s", [length])],
+                      [vi("kept", ["K"]), vi("i", [1, "K"], I64), vi("j", [1, "J"], I64), vi("l", [1, "L"], I64)],
+                      [const("t", np.array(0.3, np.float32))])
+
+
+def test_nonzero_over_one_axis_becomes_a_compaction_with_the_same_indices():
+    """tensorrt-rtx's parser takes NonZero only as a plugin it doesn't ship; over one axis it is
+    rewritten into a running count, a scatter and a slice. onnxruntime: the same indices as
+    NonZero's for every kind of input, none kept and all kept included."""
+    model = keep_over_threshold_model()
+    prepared = prepare(model.clone(), native_nonzero=False)
+    assert "NonZero" not in ops(prepared)
+    assert {"CumSum", "ScatterElements", "Slice"} <= set(ops(prepared))
+    rng = np.random.default_rng(0)
+    feeds = [rng.standard_normal(n).astype(np.float32) for n in (1, 7, 5000)]
+    feeds += [np.zeros(6, np.float32), np.full(6, 2.0, np.float32),  # none kept; all kept
+              np.array([0.0, -0.0, np.nan, 0.31, 0.29, -2.0, 1e-30], np.float32),
+              np.round(rng.standard_normal(64)).astype(np.float32)]  # many exact zeros
+    kept_counts = set()
+    for s in feeds:
+        before, after = ort_run(model, {"s": s}), ort_run(prepared, {"s": s})
+        for name in ("kept", "i", "j", "l"):
+            assert after[name].dtype == before[name].dtype
+            np.testing.assert_array_equal(after[name], before[name], err_msg=f"{name} for {s[:8]}")
+        kept_counts.add(before["i"].shape[1])
+    assert 0 in kept_counts and len(kept_counts) > 3
+
+
+def test_compaction_only_where_the_parser_lacks_nonzero():
+    model = keep_over_threshold_model(length=12)
+    assert ops(prepare(model.clone(), native_nonzero=True)).count("NonZero") == 3
+    two_axes = make_model([helper.make_node("NonZero", ["s"], ["i"])], [vi("s", [2, 6])], [vi("i", [2, "K"], I64)])
+    assert not CompactNonZeroPass()(two_axes).modified  # not rewritten: the parser will name it
+    assert [b.op for b in preflight.check(two_axes, "tensorrt_rtx")] == ["NonZero"]
+    assert preflight.check(two_axes, "tensorrt") == []
+    too_long = keep_over_threshold_model(length=(1 << 24) + 1)  # float32 can't count that far
+    assert not CompactNonZeroPass()(too_long).modified
+
+
+def test_non_max_suppression_is_named_for_tensorrt_rtx_only():
+    """tensorrt-rtx 1.7 parses NonMaxSuppression but its builder has no layer for it (measured in
+    test_trt_build); NVIDIA's TensorRT has one."""
+    model = make_model([helper.make_node("NonMaxSuppression", ["b", "s", "m"], ["sel"])],
+                       [vi("b", [1, 10, 4]), vi("s", [1, 1, 10])], [vi("sel", ["K", 3], I64)],
+                       [const("m", np.array([5], np.int64))])
+    blockers = preflight.check(model, "tensorrt_rtx")
+    assert [b.op for b in blockers] == ["NonMaxSuppression"] and "no implementation" in blockers[0].reason
+    assert preflight.check(model, "tensorrt") == []
 
 
 def test_a_large_weights_layout_change_is_left_to_the_builder(monkeypatch):

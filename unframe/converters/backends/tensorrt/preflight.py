@@ -121,8 +121,13 @@ class Context:
 
 
 # Ops the parser implements with TensorRT plugins, which TensorRT-RTX does not ship (measured:
-# "plugin not found" from tensorrt_rtx 1.7's parser for each).
-PLUGIN_OPS = frozenset({"DeformConv", "RoiAlign", "LinearAttention", "CausalConvWithState"})
+# "plugin not found" from tensorrt_rtx 1.7's parser for each). NonZero over a 1-D tensor is
+# rewritten by the preparation (prepare.CompactNonZeroPass); any other NonZero stays one.
+PLUGIN_OPS = frozenset({"DeformConv", "RoiAlign", "LinearAttention", "CausalConvWithState", "NonZero"})
+# Ops tensorrt_rtx 1.7's parser takes but its builder has no implementation of (measured: "has
+# no runners that implement it", on its own in a one-node graph; NVIDIA's TensorRT-RTX issue 32
+# reports the same for NonZero on an RTX 3090).
+NO_RUNNER_OPS = frozenset({"NonMaxSuppression"})
 
 
 def check(model: ir.Model, flavour: str | None = None) -> list[Blocker]:
@@ -134,13 +139,21 @@ def check(model: ir.Model, flavour: str | None = None) -> list[Blocker]:
     blockers: list[Blocker] = []
     for node in ir.traversal.RecursiveGraphIterator(model.graph):
         found = check_node(node, ctx)
-        if not found and flavour == "tensorrt_rtx" and node.op_type in PLUGIN_OPS \
-                and node.domain in DEFAULT_DOMAINS:
-            found = [Blocker(node.op_type, "TensorRT implements it with a plugin, and "
-                             "TensorRT-RTX ships no plugin library", node.name or "", "",
-                             "build with NVIDIA's full tensorrt package instead")]
+        if not found and flavour == "tensorrt_rtx" and node.domain in DEFAULT_DOMAINS:
+            found = _rtx_gap(node)
         blockers.extend(found)
     return blockers
+
+
+def _rtx_gap(node: ir.Node) -> list[Blocker]:
+    """What TensorRT-RTX lacks that NVIDIA's full TensorRT has."""
+    if node.op_type in PLUGIN_OPS:
+        why = "TensorRT implements it with a plugin, and TensorRT-RTX ships no plugin library"
+    elif node.op_type in NO_RUNNER_OPS:
+        why = "TensorRT-RTX's parser takes it, but its builder has no implementation of the layer"
+    else:
+        return []
+    return [Blocker(node.op_type, why, node.name or "", "", "build with NVIDIA's full tensorrt package instead")]
 
 
 def check_node(node: ir.Node, ctx: Context) -> list[Blocker]:
@@ -541,10 +554,12 @@ def disagreements(model: ir.Model, blockers: list[Blocker],
             continue
         lines.append(f"node {node.name!r} [{node.op_type}]: the parser refuses it ({message}) "
                      "but pre-flight did not")
-    # A parser that failed may have stopped early, so only a full acceptance contradicts us.
+    # A parser that failed may have stopped early, so only a full acceptance contradicts us; what
+    # tensorrt-rtx's builder lacks, its parser takes.
     if verdict.supported:
+        builder_gaps = NO_RUNNER_OPS if verdict.module == "tensorrt_rtx" else frozenset()
         lines.extend(f"{blocker}: pre-flight blocks it but the parser accepts it"
-                     for blocker in blockers)
+                     for blocker in blockers if blocker.op not in builder_gaps)
     return lines
 
 

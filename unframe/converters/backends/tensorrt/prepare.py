@@ -14,14 +14,18 @@ Shape inference (onnx's, through onnx-ir's ``ShapeInferencePass``) runs first, b
 4. ``FloatCumSumPass``: a running count (CumSum of a tensor cast from BOOL to an integer type,
    as RoBERTa's and Whisper's position ids are computed) is summed in float32, which TensorRT's
    CumSum takes, and cast back: exact, every partial sum being an integer below 2**24.
-5. ``FloatNonZeroPass``: NonZero over a mask or integers reads a float32 cast of it (TensorRT's
+5. ``CompactNonZeroPass`` (tensorrt-rtx only, whose parser takes NonZero only as a plugin it
+   doesn't ship): NonZero over a 1-D tensor becomes a compaction TensorRT builds natively
+   (a running count, a scatter and a slice of data-dependent length).
+6. ``FloatNonZeroPass``: NonZero over a mask or integers reads a float32 cast of it (TensorRT's
    NonZero takes float types; the indices are the same).
-6. ``RemoveUnusedNodesPass`` (onnx-ir): what folding left unused.
+7. ``RemoveUnusedNodesPass`` (onnx-ir): what folding left unused.
 """
 
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import numpy as np
 import onnx_ir as ir
@@ -254,6 +258,82 @@ class FloatNonZeroPass(ir.passes.InPlacePass):
 
 
 _FLOAT_TYPES = {ir.DataType.FLOAT, ir.DataType.FLOAT16}
+
+
+class CompactNonZeroPass(ir.passes.InPlacePass):
+    """tensorrt-rtx's parser maps NonZero to a plugin it doesn't ship ("NonZero plugin creator
+    version 1 was not found"); torchvision's detectors keep the boxes over a score threshold with
+    one (``scores[scores > t]``). A NonZero over a 1-D tensor of N elements becomes a compaction
+    of layers TensorRT builds natively, its output of data-dependent length as NonZero's is:
+
+    Before::  i = NonZero(x)                                   # int64 [1, K]
+    After::   m = Not(Equal(x, 0));  f = Cast(m, FLOAT)
+              slot = Where(m, CumSum(f) - 1, N)                # K kept slots, the rest to slot N
+              kept = ScatterElements(zeros[N + 1], slot, Range(0, N))
+              i = Reshape(Slice(kept, 0, ReduceSum(f)), [1, -1])
+
+    Exact while N is at most 2**24 (the running count and the indices are float32, which
+    TensorRT's CumSum and scatter take): a static N past that is left alone, for the parser to
+    name; a dynamic one is bounded by the engine's profile. The kept slots are distinct, so the
+    scatter is deterministic where it is read; only slot N, which the slice drops, sees
+    duplicates. Needs opset 11 (CumSum, Range, ScatterElements).
+    """
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        if main_opset(model, default=FALLBACK_OPSET) < 11:
+            return ir.passes.PassResult(model, modified=False)
+        graph, count = model.graph, 0
+        for node in list(graph):
+            if node.op_type != "NonZero" or node.domain not in DEFAULT_DOMAINS or not node.inputs:
+                continue
+            data = node.inputs[0]
+            if data is None or data.shape is None or len(data.shape) != 1 or data.dtype is None:
+                continue
+            if isinstance(data.shape[0], int) and data.shape[0] > FLOAT_EXACT_INTEGERS:
+                continue
+            nodes, indices = _compaction(graph, node, data, f"{node.name or 'NonZero'}_compact{count}")
+            indices.type, indices.shape = node.outputs[0].type, node.outputs[0].shape
+            ir.convenience.replace_nodes_and_values(graph, node, [node], nodes, [node.outputs[0]], [indices])
+            count += 1
+        return ir.passes.PassResult(model, modified=bool(count))
+
+
+def _compaction(graph: ir.Graph, node: ir.Node, data: ir.Value, prefix: str) -> tuple[list[ir.Node], ir.Value]:
+    """The nodes of CompactNonZeroPass's rewrite of ``NonZero(data)`` and the indices they give."""
+    nodes: list[ir.Node] = []
+    F, I64, B = ir.DataType.FLOAT, ir.DataType.INT64, ir.DataType.BOOL  # noqa: N806
+
+    def op(op_type: str, inputs: list[ir.Value], dtype: ir.DataType, **attrs: Any) -> ir.Value:
+        made = ir.node(op_type, inputs, attrs, name=f"{prefix}_{len(nodes)}_{op_type}")
+        made.outputs[0].type = ir.TensorType(dtype)
+        nodes.append(made)
+        return made.outputs[0]
+
+    def const(tag: str, array: np.ndarray) -> ir.Value:
+        value = ir.Value(name=f"{prefix}_{tag}", const_value=ir.Tensor(array, name=f"{prefix}_{tag}"),
+                         shape=ir.Shape(array.shape), type=ir.TensorType(ir.DataType.from_numpy(array.dtype)))
+        graph.register_initializer(value)
+        return value
+
+    if data.dtype == B:
+        mask = data
+    else:
+        as_float = data if data.dtype == F else op("Cast", [data], F, to=F)
+        mask = op("Not", [op("Equal", [as_float, const("zero", np.array(0, np.float32))], B)], B)
+    ones = op("Cast", [mask], F, to=F)
+    position = op("Sub", [op("CumSum", [ones, const("axis", np.array(0, np.int64))], F),
+                          const("one", np.array([1], np.float32))], F)
+    length = op("Shape", [data], I64)
+    slot = op("Cast", [op("Where", [mask, position, op("Cast", [length], F, to=F)], F)], I64, to=I64)
+    slots = op("Expand", [const("empty", np.array(0, np.float32)),
+                          op("Add", [length, const("spare", np.array([1], np.int64))], I64)], F)
+    limit = op("Reshape", [length, const("scalar", np.zeros(0, np.int64))], I64)
+    positions = op("Cast", [op("Range", [const("start", np.array(0, np.int64)), limit,
+                                         const("step", np.array(1, np.int64))], I64)], F, to=F)
+    kept = op("ScatterElements", [slots, slot, positions], F, axis=0)
+    count = op("Cast", [op("ReduceSum", [ones], F, keepdims=1)], I64, to=I64)
+    first = op("Cast", [op("Slice", [kept, const("begin", np.array([0], np.int64)), count], F)], I64, to=I64)
+    return nodes, op("Reshape", [first, const("row", np.array([1, -1], np.int64))], I64)
 _CASTABLE = {ir.DataType.BOOL, ir.DataType.INT8, ir.DataType.UINT8, ir.DataType.INT32, ir.DataType.INT64}
 
 
@@ -316,14 +396,21 @@ def infer_shapes(model: ir.Model) -> ir.Model:
         return model
 
 
-def prepare(model: ir.Model) -> ir.Model:
-    """Run the TensorRT preparation passes on ``model`` (in place) and return it."""
+def prepare(model: ir.Model, *, native_nonzero: bool | None = None) -> ir.Model:
+    """Run the TensorRT preparation passes on ``model`` (in place) and return it.
+    ``native_nonzero``: whether the parser takes NonZero as a layer; by default, unless the
+    TensorRT that would parse it is tensorrt-rtx."""
+    if native_nonzero is None:
+        from unframe.converters.backends.tensorrt.trtmodule import installed_flavour
+
+        native_nonzero = installed_flavour() != "tensorrt_rtx"
     model = infer_shapes(model)
     passes = ir.passes.PassManager([
         common_passes.LiftConstantsToInitializersPass(lift_all_constants=True, size_limit=0),
         FoldConstantsPass(),
         NarrowInt64Pass(),
         FloatCumSumPass(),
+        *([] if native_nonzero else [CompactNonZeroPass()]),
         FloatNonZeroPass(),
         common_passes.RemoveUnusedNodesPass(),
     ], steps=1)
