@@ -309,6 +309,12 @@ def support_markdown() -> list[str]:
     lines = ["## TensorRT ONNX operators", "",
              "From TensorRT's ONNX parser documentation (TRT 10.15); pre-flight checks each node "
              "against it. Ops of other domains need a TensorRT plugin.", "",
+             "TensorRT-RTX (the CPU-buildable flavour) lacks some of these, and pre-flight names them "
+             "when it is the TensorRT installed: implemented with plugins it doesn't ship: "
+             + ", ".join(sorted(preflight.PLUGIN_OPS))
+             + " (a NonZero over one axis is rewritten by the preparation into a compaction it "
+             "builds); parsed but with no layer implementation in its builder: "
+             + ", ".join(sorted(preflight.NO_RUNNER_OPS)) + ".", "",
              "| op | status | types | restrictions | pre-flight checks |", "|---|---|---|---|---|"]
     for r in support_rows():
         restrictions = r["restrictions"].replace("|", "/")
