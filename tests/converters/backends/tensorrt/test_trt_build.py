@@ -267,10 +267,12 @@ def test_keeping_scores_over_a_threshold_builds(backend, tmp_path):
     assert all(shape[-1] == -1 for _, _, shape in io_of(meta, "outputs"))
 
 
-def test_tensorrt_rtx_builder_has_no_non_max_suppression():
+def test_tensorrt_rtx_builder_has_no_non_max_suppression(tmp_path):
     """The fact behind preflight.NO_RUNNER_OPS: tensorrt-rtx parses a one-node NonMaxSuppression
     graph, then its builder finds no implementation. Fails once a tensorrt-rtx release builds it
-    (then take it off the list)."""
+    (then take it off the list). Past the pre-flight, that builder error is a refusal (exit 4)
+    naming it, not a failed conversion."""
+    from unframe.converters.backends.tensorrt import build
     trt = trt_or_skip()
     if trt.__name__ != "tensorrt_rtx":
         pytest.skip("a fact about tensorrt-rtx; NVIDIA's TensorRT builds NonMaxSuppression")
@@ -288,6 +290,38 @@ def test_tensorrt_rtx_builder_has_no_non_max_suppression():
 
     report = check_report(model)  # the blocker, and no disagreement: the parser does take it
     assert [b.op for b in report.blockers] == ["NonMaxSuppression"] and report.disagreements == []
+    path = tmp_path / "nms.onnx"
+    ir.save(model, path)
+    with pytest.raises(UnsupportedError) as info:
+        build.build(path, {}, build.BuildOptions())
+    assert info.value.exit_code == 4
+    assert any("no implementation of this layer" in b.reason for b in info.value.blockers)
+
+
+def test_builder_errors_that_mean_it_cannot_implement_the_network_are_refusals():
+    """The builder's own messages, as tensorrt-rtx 1.7 logged them on torchvision's detectors: a
+    layer it has no implementation of, and data-dependent shapes inside an If, are exit 4 with
+    the message as the blocker; a profile problem stays a failed conversion."""
+    from unframe.converters.backends.tensorrt import build
+
+    trt = trt_or_skip()
+    cases = {
+        "[tacticSupply.cpp::getSupportedFormats::48] Error Code 2: Internal Error (Assertion "
+        "!layerImpls.empty() failed. NonMaxSuppression_1894_820 has no runners that implement it)":
+            (UnsupportedError, "no implementation of this layer"),
+        "[codeGenerator.cpp::getEquivalentMyelinCoord::4039] Error Code 2: Internal Error (Assertion "
+        "!scope.getOp() failed. Data-dependent shapes are only allowed in the top-level scope)":
+            (UnsupportedError, "outside If and Loop bodies"),
+        "IBuilder::buildSerializedNetwork: Error Code 4: API Usage Error (profile 0 has dimension "
+        "3 out of range)": (ConversionError, "shape range"),
+    }
+    for message, (kind, words) in cases.items():
+        logger = trtmodule.CollectingLogger(trt)
+        logger.log(trt.ILogger.Severity.ERROR, message)
+        error = build._build_failure(logger, None, {})
+        assert type(error) is kind, message
+        said = " ".join(b.reason for b in getattr(error, "blockers", [])) or str(error)
+        assert words in said, said
 
 
 def test_large_weights_reach_the_parser_in_external_data(backend, tmp_path, monkeypatch):

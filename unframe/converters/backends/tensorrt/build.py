@@ -297,12 +297,29 @@ def _save_timing_cache(config: Any, path: Path) -> None:
     os.replace(tmp, path)
 
 
-def _build_failure(logger: Any, builder: Any, profile: dict[str, Ranges]) -> ConversionError:
+# Builder errors that mean this TensorRT can't implement something the parser took: a refusal
+# (exit 4, the message as the blocker), not a failed conversion. Measured with tensorrt-rtx 1.7
+# (NonMaxSuppression; torchvision's NMS inside its `if boxes.numel() == 0` branch).
+BUILDER_REFUSALS = (
+    ("no runners that implement it", "the builder has no implementation of this layer"),
+    ("data-dependent shapes are only allowed in the top-level scope",
+     "the builder takes data-dependent shapes only outside If and Loop bodies"),
+)
+
+
+def _build_failure(logger: Any, builder: Any, profile: dict[str, Ranges]) -> ConversionError | UnsupportedError:
     errors = list(logger.errors())
     recorder = getattr(builder, "error_recorder", None)
     if recorder is not None:
         errors.extend(str(recorder.get_error_desc(i)) for i in range(recorder.num_errors()))
     text = " ".join(errors).lower()
+    refused = [(why, e) for e in errors for words, why in BUILDER_REFUSALS if words in e.lower()]
+    if refused:
+        blockers = [Blocker("*", f"TensorRT's builder: {why} ({' '.join(e.split())[:300]})")
+                    for why, e in refused]
+        return UnsupportedError(f"TensorRT's builder can't build this network: {refused[0][0]}",
+                                "build with NVIDIA's full tensorrt package, or cut the part out of the graph "
+                                "(see the blockers)", blockers=blockers)
     cause = next((name for name, words in CAUSES if any(w in text for w in words)), None)
     first = errors[0] if errors else "no error was logged"
     hints = {
