@@ -621,14 +621,17 @@ class BackendStage(Stage):
         if precision == "fp32" or flow.model is None or self._rounding is not None:
             return None  # a float32 artifact, or already retried
         feeds = flow.feeds
-        measured = rounding_error(flow.model, feeds, precision)
+        model = flow.model
+        measured = _in_parity_time(flow, "measuring what 16-bit rounding moves the outputs by",
+                                   lambda: rounding_error(model, feeds, precision))
         self._rounding = (feeds, measured)
         if measured is None:
             return None
         runner = candidate
         if any(n in measured.nonfinite or WIDEN * e > MAX_SHARE * measured.scales[n]
                for n, e in measured.errors.items()):
-            plan = plan_keep_fp32(flow.model, feeds, precision, lambda _name, scale: MAX_SHARE * scale / WIDEN)
+            plan = _in_parity_time(flow, "planning which nodes to keep in float32", lambda: plan_keep_fp32(
+                model, feeds, precision, lambda _name, scale: MAX_SHARE * scale / WIDEN))
             if plan is not None and plan.kept:
                 nodes = list(flow.model.graph)
                 for position in plan.positions:
@@ -651,6 +654,20 @@ class BackendStage(Stage):
 
     def decode_steps(self, flow: Flow) -> int:
         return self.backend.decode_steps(self.target)
+
+
+def _in_parity_time(flow: Flow, what: str, compute: Callable[[], Any]) -> Any:
+    """``compute()`` under the parity time limit (--parity-timeout): it is part of a parity
+    check. Past the limit it is given up (None) and a note says so; the failure it was trying to
+    explain stands."""
+    seconds = flow.settings.parity_seconds
+    try:
+        with limits.time_limit(seconds, what):
+            return compute()
+    except limits.TimeLimitExceeded:
+        flow.notes.append(f"{what} stopped at the parity time limit ({seconds:g} s); "
+                          "--parity-timeout gives it longer")
+        return None
 
 
 def _sample_shapes(flow: Flow) -> dict[str, tuple[int, ...]] | None:

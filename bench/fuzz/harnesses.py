@@ -31,8 +31,9 @@ from typing import Any
 
 from unframe.errors import UnframeError
 
-# Every harness runs with these limits: parity gets seconds, memory a bounded budget.
-LIMITS = {"max_memory": 64 << 20, "parity_timeout": 5.0}
+# Every harness runs with these limits: parity gets seconds, memory a bounded budget, and the
+# divergence locator (which a failed parity starts, 120 s by default) two seconds.
+LIMITS = {"max_memory": 64 << 20, "parity_timeout": 5.0, "locate": 2.0}
 
 
 class InputModified(AssertionError):

@@ -18,8 +18,9 @@ type variable are cast back, so the rest of the graph sees the types it had::
     after:   ids(int64) ─► Cast(to=FLOAT) ─► Relu ─► out'(float) ─► Cast(to=INT64) ─► out(int64)
 
 bool moves through int32 where the op takes it (exact), else through fp32 (0/1 are exact in any
-float type); integers move to fp32 (exact up to 2**24 in magnitude, and up to 2048 once Core ML
-computes the program in fp16: the parity stage checks the result). What a node's translator
+float type); integers move to fp32 (exact up to 2**24 in magnitude), and such a node and its casts stay in
+float32 when Core ML computes the rest of the program in fp16 (``KEEP_FP32``), where integers
+past 2048 would not survive. What a node's translator
 feeds each ONNX input into is stated once, in :data:`MIL_INPUTS`; an op not listed there is left
 as is (its translator takes every type ONNX allows, or the dry translation of ``check`` reports it).
 
@@ -50,6 +51,7 @@ import onnx_ir as ir
 
 from unframe.converters.backends.coreml.context import MIL_DTYPES
 from unframe.errors import Blocker
+from unframe.passes import KEEP_FP32
 from unframe.opset import is_default_domain
 
 # ONNX op -> (the MIL op its translator hands the ONNX inputs to, {ONNX input index: MIL input
@@ -180,7 +182,7 @@ def _legalize_node(node: ir.Node, ios: int, out: Legalized) -> None:
                                         f"and this node's {type_str} is {have}", node.name,
                                         hint="cast the tensor in the model to a type the op takes"))
             continue
-        _wrap(node, inputs, outputs, _ONNX_OF[to])
+        _wrap(node, inputs, outputs, _ONNX_OF[to], keep_fp32=have == "int32" and to == "fp32")
         out.moved.append(f"{node.op_type} {node.name or ''} {have} -> {to}".replace("  ", " "))
 
 
@@ -247,10 +249,15 @@ def _allowed(mil_op: str, params: Iterable[str | None], ios: int) -> frozenset[s
     return frozenset.intersection(*found)
 
 
-def _wrap(node: ir.Node, inputs: list[int], outputs: list[int], to: ir.DataType) -> None:
-    """Cast ``node``'s ``inputs`` to ``to`` and its ``outputs`` back to their own types."""
+def _wrap(node: ir.Node, inputs: list[int], outputs: list[int], to: ir.DataType, *, keep_fp32: bool = False) -> None:
+    """Cast ``node``'s ``inputs`` to ``to`` and its ``outputs`` back to their own types.
+    ``keep_fp32``: integers moved to float32 stay there in an fp16 program (the node and its
+    casts marked ``KEEP_FP32``), where they are exact below 2**24 instead of 2048: a detector's
+    anchor indices of up to 9,207 went through fp16 otherwise."""
     graph = node.graph
     assert graph is not None
+    if keep_fp32:
+        node.metadata_props[KEEP_FP32] = "1"
     for i in inputs:
         value = node.inputs[i]
         if value is None:
@@ -258,13 +265,17 @@ def _wrap(node: ir.Node, inputs: list[int], outputs: list[int], to: ir.DataType)
         cast = ir.node("Cast", [value], {"to": to}, name=f"{node.name or node.op_type}_legal_in{i}")
         cast.outputs[0].type, cast.outputs[0].shape = ir.TensorType(to), value.shape
         cast.outputs[0].name = f"{value.name}_as_{to.name.lower()}_{node.name or id(node)}"
+        if keep_fp32:
+            cast.metadata_props[KEEP_FP32] = "1"
         graph.insert_before(node, cast)
         node.replace_input_with(i, cast.outputs[0])
     for j in outputs:
-        _cast_back(node, node.outputs[j], to)
+        back = _cast_back(node, node.outputs[j], to)
+        if keep_fp32:
+            back.metadata_props[KEEP_FP32] = "1"
 
 
-def _cast_back(node: ir.Node, value: ir.Value, computed: ir.DataType) -> None:
+def _cast_back(node: ir.Node, value: ir.Value, computed: ir.DataType) -> ir.Node:
     """``value`` is now computed as ``computed``: a Cast after the node restores its old type
     under its old name, for every consumer and graph output."""
     graph = node.graph
@@ -284,6 +295,7 @@ def _cast_back(node: ir.Node, value: ir.Value, computed: ir.DataType) -> None:
     for k, graph_output in enumerate(outputs):
         if graph_output is value:
             outputs[k] = restored
+    return back
 
 
 # -- float constants under fp16 compute ---------------------------------------------------------

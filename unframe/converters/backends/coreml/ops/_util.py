@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+import contextlib
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from unframe.converters.backends.coreml.context import TranslateContext
 
 
 def mb() -> Any:
@@ -109,3 +113,20 @@ def round_half_even(x: Any) -> Any:
 
 def ints(value: Any) -> list[int]:
     return [int(v) for v in np.asarray(value).reshape(-1)]
+
+
+@contextlib.contextmanager
+def in_fp32(ctx: TranslateContext) -> Iterator[None]:
+    """Every MIL op written inside stays in float32 in an fp16 program (left out of the fp16 cast
+    pass, by its outputs' names). For integers computed in float (an integer Div or Mod, a
+    MaxPool or Resize of int32, NonMaxSuppression's indices): float32 holds every integer below
+    2**24 exactly, fp16 only those up to 2048, so a torchvision detector's ``topk_index // 3``
+    over 9,207 candidates came out of an fp16 program pointing at other anchors and classes."""
+    from coremltools.converters.mil.mil.block import curr_block
+
+    block = curr_block()
+    before = len(block.operations)
+    yield
+    added = len(block.operations) - before
+    for op, _ in zip(reversed(block.operations), range(added), strict=False):
+        ctx.graph.fp32_ops.update(v.name for v in op.outputs)

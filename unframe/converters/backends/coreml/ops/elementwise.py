@@ -4,6 +4,7 @@ GreaterOrEqual LessOrEqual And Or Xor Not, Where, Clip."""
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import numpy as np
@@ -13,6 +14,7 @@ from unframe.converters.backends.coreml.ops import translator
 from unframe.converters.backends.coreml.ops._util import (
     cast,
     dtype_name,
+    in_fp32,
     is_float,
     mb,
     round_half_even,
@@ -49,9 +51,10 @@ def div(ctx: TranslateContext) -> Any:
     m, a, b = mb(), ctx.x(0), ctx.x(1)
     if is_float(a):
         return m.real_div(x=a, y=b)
-    q = m.real_div(x=cast(a, "fp32"), y=cast(b, "fp32"))
-    trunc = m.mul(x=m.sign(x=q), y=m.floor(x=m.abs(x=q)))
-    return m.cast(x=trunc, dtype=dtype_name(a))
+    with in_fp32(ctx):
+        q = m.real_div(x=cast(a, "fp32"), y=cast(b, "fp32"))
+        trunc = m.mul(x=m.sign(x=q), y=m.floor(x=m.abs(x=q)))
+        return m.cast(x=trunc, dtype=dtype_name(a))
 
 
 @translator("Pow")
@@ -59,25 +62,24 @@ def pow_(ctx: TranslateContext) -> Any:
     m, a, b = mb(), ctx.x(0), ctx.x(1)
     out = dtype_name(a)
     work = "fp32" if out in ("int32", "fp32") or dtype_name(b) == "fp32" else out
-    y = m.pow(x=cast(a, work), y=cast(b, work))
-    return cast(y, out)
+    if out != "int32":
+        return cast(m.pow(x=cast(a, work), y=cast(b, work)), out)
+    with in_fp32(ctx):
+        return cast(m.pow(x=cast(a, work), y=cast(b, work)), out)
 
 
 @translator("Mod")
 def mod(ctx: TranslateContext) -> Any:
     """fmod=0: the result takes the divisor's sign (floor modulo); fmod=1: the dividend's (C fmod)."""
     m, a, b = mb(), ctx.x(0), ctx.x(1)
-    if not int(ctx.attr("fmod", 0)):
-        if is_float(a):
-            return m.mod(x=a, y=b)
-        af, bf = cast(a, "fp32"), cast(b, "fp32")
-        r = m.sub(x=af, y=m.mul(x=m.floor(x=m.real_div(x=af, y=bf)), y=bf))
-        return m.cast(x=r, dtype=dtype_name(a))
-    af, bf = (a, b) if is_float(a) else (cast(a, "fp32"), cast(b, "fp32"))
-    q = m.real_div(x=af, y=bf)
-    trunc = m.mul(x=m.sign(x=q), y=m.floor(x=m.abs(x=q)))
-    r = m.sub(x=af, y=m.mul(x=trunc, y=bf))
-    return cast(r, dtype_name(a))
+    floor_mod = not int(ctx.attr("fmod", 0))
+    if floor_mod and is_float(a):
+        return m.mod(x=a, y=b)
+    with in_fp32(ctx) if not is_float(a) else contextlib.nullcontext():
+        af, bf = (a, b) if is_float(a) else (cast(a, "fp32"), cast(b, "fp32"))
+        q = m.real_div(x=af, y=bf)
+        whole = m.floor(x=q) if floor_mod else m.mul(x=m.sign(x=q), y=m.floor(x=m.abs(x=q)))
+        return cast(m.sub(x=af, y=m.mul(x=whole, y=bf)), dtype_name(a))
 
 
 def _fold(mil_op: str, ctx: TranslateContext) -> Any:
@@ -148,7 +150,8 @@ def sign(ctx: TranslateContext) -> Any:
     x = ctx.x(0)
     if is_float(x):
         return mb().sign(x=x)
-    return mb().cast(x=mb().sign(x=cast(x, "fp32")), dtype=dtype_name(x))
+    with in_fp32(ctx):
+        return mb().cast(x=mb().sign(x=cast(x, "fp32")), dtype=dtype_name(x))
 
 
 @translator("Round")

@@ -28,7 +28,7 @@ import numpy as np
 
 from unframe.converters.backends.coreml.context import TranslateContext
 from unframe.converters.backends.coreml.ops import translator
-from unframe.converters.backends.coreml.ops._util import cast, dtype_name, mb
+from unframe.converters.backends.coreml.ops._util import cast, dtype_name, in_fp32, mb
 
 # max_boxes when the number of boxes is only known at run time and max_output_boxes_per_class
 # does not bound it (torchvision exports INT64_MAX): coremltools' own choice for torchvision's
@@ -96,7 +96,6 @@ def _shapes(ctx: TranslateContext) -> int | None:
 
 @translator("NonMaxSuppression")
 def non_max_suppression(ctx: TranslateContext) -> Any:
-    from coremltools.converters.mil.mil.block import curr_block
 
     n = _shapes(ctx)
     limit = _scalar(ctx, 2, "max_output_boxes_per_class", 0.0)
@@ -118,14 +117,8 @@ def non_max_suppression(ctx: TranslateContext) -> Any:
                 f"NonMaxSuppression {ctx.node.name!r}: the number of boxes is only known at run "
                 f"time, so CoreML keeps at most {DYNAMIC_MAX_BOXES} of them (onnxruntime: {theirs}); "
                 "exact whenever no more survive")
-    block = curr_block()
-    before = len(block.operations)
-    selected = _build(ctx, max_boxes, iou, score_cut)
-    # every op written here stays in float32 in an fp16 program (see the module docstring)
-    added = len(block.operations) - before
-    for op, _ in zip(reversed(block.operations), range(added), strict=False):
-        ctx.graph.fp32_ops.update(v.name for v in op.outputs)
-    return selected
+    with in_fp32(ctx):  # every op written here (see the module docstring)
+        return _build(ctx, max_boxes, iou, score_cut)
 
 
 def _build(ctx: TranslateContext, max_boxes: int, iou: float, score_cut: float | None) -> Any:

@@ -9,7 +9,7 @@ import onnx_ir as ir
 
 from unframe.converters.backends.coreml.context import TranslateContext
 from unframe.converters.backends.coreml.ops import translator
-from unframe.converters.backends.coreml.ops._util import cast, dtype_name, mb, scalar
+from unframe.converters.backends.coreml.ops._util import cast, dtype_name, in_fp32, mb, scalar
 from unframe.converters.backends.coreml.ops.conv import mil_padding
 
 
@@ -37,8 +37,10 @@ def max_pool(ctx: TranslateContext) -> Any:
     window = _window(ctx)
     if window["ceil_mode"] and window["pad_type"] == "custom":
         window = _ceil_as_padding(x, window)
-    y = mb().max_pool(x=cast(x, "fp32") if kind == "int32" else x, **window)
-    return cast(y, kind)
+    if kind != "int32":
+        return mb().max_pool(x=x, **window)
+    with in_fp32(ctx):
+        return cast(mb().max_pool(x=cast(x, "fp32"), **window), kind)
 
 
 def _ceil_as_padding(x: Any, window: dict[str, Any]) -> dict[str, Any]:

@@ -12,6 +12,7 @@ which is exact for every mode MIL has no op for, and needs static sizes only on 
 
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import Any
 
@@ -20,7 +21,7 @@ import onnx_ir as ir
 
 from unframe.converters.backends.coreml.context import TranslateContext
 from unframe.converters.backends.coreml.ops import translator
-from unframe.converters.backends.coreml.ops._util import cast, dtype_name, mb, norm_axis
+from unframe.converters.backends.coreml.ops._util import cast, dtype_name, in_fp32, mb, norm_axis
 
 
 def _resize_check(node: ir.Node) -> list[str]:
@@ -45,15 +46,15 @@ def resize(ctx: TranslateContext) -> Any:
     roi = ctx.const(1) if ctx.has(1) else None
     plan = _plan(ctx, x, axes, scales, sizes, roi)
     kind = dtype_name(x)
-    work = cast(x, "fp32") if kind in ("int32", "bool") else x
-    for axis, (in_size, out_size, scale, roi_pair) in plan.items():
-        matrix, bias = interpolation_matrix(in_size, out_size, scale, roi_pair, _attrs(ctx))
-        if out_size == in_size and bias is None and np.array_equal(matrix, np.eye(in_size)):
-            continue
-        work = _apply_along(work, axis, rank, matrix, bias)
-    if kind in ("int32", "bool"):
-        return m.cast(x=m.round(x=work), dtype=kind)
-    return work
+    integral = kind in ("int32", "bool")
+    with in_fp32(ctx) if integral else contextlib.nullcontext():
+        work = cast(x, "fp32") if integral else x
+        for axis, (in_size, out_size, scale, roi_pair) in plan.items():
+            matrix, bias = interpolation_matrix(in_size, out_size, scale, roi_pair, _attrs(ctx))
+            if out_size == in_size and bias is None and np.array_equal(matrix, np.eye(in_size)):
+                continue
+            work = _apply_along(work, axis, rank, matrix, bias)
+        return m.cast(x=m.round(x=work), dtype=kind) if integral else work
 
 
 def _symbolic_sizes(ctx: TranslateContext, x: Any, axes: list[int]) -> np.ndarray | None:
