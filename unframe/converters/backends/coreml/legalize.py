@@ -51,8 +51,8 @@ import onnx_ir as ir
 
 from unframe.converters.backends.coreml.context import MIL_DTYPES
 from unframe.errors import Blocker
-from unframe.passes import KEEP_FP32
 from unframe.opset import is_default_domain
+from unframe.passes import KEEP_FP32
 
 # ONNX op -> (the MIL op its translator hands the ONNX inputs to, {ONNX input index: MIL input
 # name}); "*" stands for every input of a variadic op. Only inputs passed straight through are
