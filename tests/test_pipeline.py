@@ -312,3 +312,25 @@ def test_spinner_shows_for_slow_stages_on_a_terminal_only(monkeypatch) -> None:
     assert b"slow tool" in seen and b"quick tool" not in seen
     # on a pipe (CliRunner, CI) there is no spinner at all
     assert type(progress.observer_for(as_json=False)) is pl.Observer
+
+
+def test_work_after_a_failed_parity_is_bounded_by_the_parity_time_limit():
+    """The rounding measurement and the keep-list planner are part of a parity check: past
+    --parity-timeout they are given up with a note (the failure they would explain stands),
+    not left to run; within it their result comes back."""
+    from types import SimpleNamespace
+
+    flow = SimpleNamespace(settings=pl.Settings(options={"parity_timeout": 0.3}), notes=[])
+
+    def slow() -> str:
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:  # Python code, where the watchdog's exception lands
+            sum(range(1000))
+        return "finished"
+
+    started = time.monotonic()
+    assert pl._in_parity_time(flow, "planning which nodes to keep in float32", slow) is None
+    assert time.monotonic() - started < 2
+    assert flow.notes and "stopped at the parity time limit (0.3 s)" in flow.notes[0]
+    assert pl._in_parity_time(flow, "measuring", lambda: "quick") == "quick"
+    assert len(flow.notes) == 1
