@@ -13,10 +13,11 @@ the parity stage checks the artifact that ships.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import weakref
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -234,6 +235,39 @@ def _option_blockers(model: ir.Model, target: Target) -> list[Blocker]:
     return out
 
 
+class _NoCollect:
+    """The ``gc`` module as coremltools' converter sees it, but for ``collect()``."""
+
+    def __init__(self, real: Any) -> None:
+        self._real = real
+
+    def collect(self, *_args: Any) -> int:
+        return 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+
+@contextlib.contextmanager
+def without_full_collection() -> Iterator[None]:
+    """``ct.convert`` ends with ``gc.collect()``: a full collection, whose cost grows with all the
+    calling process holds (a training script's, a zoo run's, a fuzz campaign's: 88 % of the
+    coreml campaign's time after 34,000 conversions, `bench/coreml_gc.py`), and which frees
+    nothing the conversion needs freed (Python collects cycles on its own schedule). Scoped to
+    the call: coremltools' module sees the gc module again after it."""
+    from coremltools.converters import _converters_entry as entry
+
+    real = getattr(entry, "gc", None)
+    if real is None or not hasattr(real, "collect"):  # a coremltools that no longer collects so
+        yield
+        return
+    entry.gc = _NoCollect(real)
+    try:
+        yield
+    finally:
+        entry.gc = real
+
+
 def _build(translation: Translation, target: Target) -> Any:
     """coremltools' converter on the translated program: its passes and the ML Program."""
     import contextlib
@@ -255,7 +289,7 @@ def _build(translation: Translation, target: Target) -> Any:
         kwargs["classifier_config"] = ct.ClassifierConfig(_labels(labels))
     try:
         # ct.convert draws a tqdm progress bar per pass pipeline on stderr: keep the CLI's output ours
-        with contextlib.redirect_stderr(io.StringIO()):
+        with contextlib.redirect_stderr(io.StringIO()), without_full_collection():
             return ct.convert(translation.program, convert_to="mlprogram",
                               minimum_deployment_target=ct_target(ios), compute_precision=precision,
                               inputs=ct_inputs(translation.plans, target.options) or None,
