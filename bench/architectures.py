@@ -32,6 +32,7 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
@@ -230,8 +231,9 @@ def _has_tensorrt() -> bool:
 
 # -- the driver: a child process per model, the journal and the table ----------------------------
 
-def run_child(name: str, timeout: float) -> dict[str, Any]:
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", name]
+def run_child(name: str, timeout: float, script: Path | None = None, extra: Sequence[str] = ()) -> dict[str, Any]:
+    """``script --worker name *extra`` in a child process (default: this script); its record."""
+    cmd = [sys.executable, str((script or Path(__file__)).resolve()), "--worker", name, *extra]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     started = time.perf_counter()
     try:

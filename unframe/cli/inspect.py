@@ -369,8 +369,8 @@ def _count_block(block: Any, ops: Counter[str]) -> None:
 _TRT_DTYPES = {"FLOAT": "float", "HALF": "float16", "BF16": "bfloat16", "INT8": "int8", "INT32": "int32",
                "INT64": "int64", "BOOL": "bool", "UINT8": "uint8", "FP8": "float8e4m3fn", "INT4": "int4",
                "FP4": "float4e2m1", "DOUBLE": "double"}
-_SIDECAR_COPY = ("format", "flavour", "tensorrt_version", "gpu", "compute_capability", "precision",
-                 "strongly_typed", "profiles", "flags", "prepared_onnx_sha256")
+_SIDECAR_COPY = ("format", "flavour", "tensorrt_version", "gpu", "compute_capability", "compute_capabilities",
+                 "precision", "strongly_typed", "profiles", "flags", "prepared_onnx_sha256")
 
 
 def _describe_engine(path: Path) -> dict[str, Any]:
@@ -513,7 +513,9 @@ def _render_engine(info: dict[str, Any], console: Any) -> None:
         console.print("the sidecar records no sha256 to check against", style="yellow")
     console.print(f"built with {info.get('flavour') or '?'} {info.get('tensorrt_version') or '?'}; GPU: "
                   f"{info.get('gpu') or '?'}"
-                  + (f" (compute {info['compute_capability']})" if info.get("compute_capability") else ""),
+                  + (f" (compute {info['compute_capability']})" if info.get("compute_capability") else "")
+                  + (f"; runs on compute {', '.join(info['compute_capabilities'])}"
+                     if info.get("compute_capabilities") else ""),
                   markup=False)
     console.print(f"precision {info.get('precision') or '?'}"
                   + (", strongly typed" if info.get("strongly_typed") else "")

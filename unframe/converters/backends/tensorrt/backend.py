@@ -209,12 +209,16 @@ class TensorRTBackend(Backend):
                   onnx_path: Path) -> dict[str, Any]:
         device = trtmodule.cuda_device()
         flags = result.flags
+        portable = result.module == "tensorrt_rtx"
         return {
             "format": "unframe TensorRT engine sidecar v1",
             "flavour": result.module,
             "tensorrt_version": result.version,
             "gpu": AOT_ON_CPU if isinstance(device, str) else device.name,
-            "compute_capability": None if isinstance(device, str) else device.compute_capability,
+            # NVIDIA's tensorrt builds for the GPU it runs on; TensorRT-RTX for a list of compute
+            # capabilities (its portable default), whatever the machine has
+            "compute_capability": None if isinstance(device, str) or portable else device.compute_capability,
+            "compute_capabilities": list(trtmodule.RTX_DEFAULT_TARGETS) if portable else None,
             "precision": precision,
             "strongly_typed": True,
             "profiles": [{name: p.to_dict() for name, p in profile.items()}],
@@ -235,7 +239,8 @@ class TensorRTBackend(Backend):
     def probe(self, model: ir.Model, target: Target) -> Any:
         """On a GPU: build the engine again with some values marked as outputs and run it, for the
         locator's bisection (marking stops fusion across a value, so it marks few at a time)."""
-        if isinstance(trtmodule.cuda_device(), str):
+        device, trt = trtmodule.cuda_device(), trtmodule.load_or_none()
+        if isinstance(device, str) or trt is None or trtmodule.engine_gap(trt, device) is not None:
             return None
 
         def run(names: list[str], feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -314,7 +319,11 @@ def support_markdown() -> list[str]:
              + ", ".join(sorted(preflight.PLUGIN_OPS))
              + " (a NonZero over one axis is rewritten by the preparation into a compaction it "
              "builds); parsed but with no layer implementation in its builder: "
-             + ", ".join(sorted(preflight.NO_RUNNER_OPS)) + ".", "",
+             + ", ".join(sorted(preflight.NO_RUNNER_OPS)) + ". Its runtime runs engines only on GPUs "
+             "of compute capability " + ", ".join(trtmodule.RTX_RUNS_ON) + " (not Hopper: on an H100 "
+             "it refuses every engine), and its engines are portable across "
+             + ", ".join(trtmodule.RTX_DEFAULT_TARGETS) + " whatever machine built them; on other "
+             "GPUs a conversion builds the engine and says why its parity was not checked.", "",
              "| op | status | types | restrictions | pre-flight checks |", "|---|---|---|---|---|"]
     for r in support_rows():
         restrictions = r["restrictions"].replace("|", "/")

@@ -82,6 +82,9 @@ class TensorRTRunner(Runner):
         trt = trt or trtmodule.load_or_none()
         if trt is None:
             raise RunnerUnavailable("no TensorRT module is installed")
+        gap = trtmodule.engine_gap(trt, device)  # its runtime would refuse the engine
+        if gap is not None:
+            raise RunnerUnavailable(gap)
         self.cuda = _Cuda()
         self.logger = trtmodule.CollectingLogger(trt)
         self.runtime = trt.Runtime(self.logger)

@@ -54,6 +54,9 @@ def well_formed(meta: dict[str, Any]) -> bool:
         return False
     if meta.get("compute_capability") is not None and not isinstance(meta["compute_capability"], str):
         return False
+    targets = meta.get("compute_capabilities")
+    if targets is not None and not (isinstance(targets, list) and all(isinstance(t, str) for t in targets)):
+        return False
     profiles = meta.get("profiles", [])
     if not isinstance(profiles, list) or not all(_profile_ok(p) for p in profiles):
         return False
@@ -116,6 +119,10 @@ def _gpu_problems(meta: dict[str, Any]) -> list[str]:
     device = trtmodule.cuda_device()
     if isinstance(device, str):
         return [f"no CUDA device: {device}"]
+    targets = meta.get("compute_capabilities")
+    if targets and device.compute_capability not in targets:
+        return [f"built for compute capability {', '.join(targets)}, and this GPU ({device.name}) is "
+                f"{device.compute_capability}: build it with a TensorRT that runs on this GPU"]
     built_on = meta.get("gpu")
     if not built_on or built_on == AOT_ON_CPU:
         return []

@@ -133,6 +133,43 @@ class CudaDevice:
     compute_capability: str
 
 
+# TensorRT-RTX builds an engine for a list of compute capabilities; without one set (unframe sets
+# none) it is portable across these (NVIDIA's TensorRT-RTX support matrix, 1.0 to 1.7).
+RTX_DEFAULT_TARGETS = ("8.6", "8.9", "12.0")
+# What ``runs_on`` reads from tensorrt-rtx 1.7 (the pinned release), for the docs, which are
+# written without importing it; a test holds the two equal.
+RTX_RUNS_ON = ("7.5", "8.0", "8.6", "8.9", "12.0", "12.1")
+
+
+def _cc_key(cc: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in cc.split("."))
+
+
+def runs_on(trt: ModuleType) -> tuple[str, ...] | None:
+    """The compute capabilities whose GPUs ``trt`` runs engines on, or None for no limit known.
+
+    TensorRT-RTX names them in its ``ComputeCapability`` enum (1.7: SM75, SM80, SM86, SM89,
+    SM120, SM121); on any other GPU its runtime refuses every engine, whatever it was built for
+    ("TensorRT-RTX does not support this compute capability": seen on an H100, compute 9.0, by
+    bench/trt_gpu.py). NVIDIA's tensorrt builds for the GPU it runs on."""
+    enum = getattr(trt, "ComputeCapability", None)
+    if trt.__name__ != "tensorrt_rtx" or enum is None:
+        return None
+    names = [n for n in dir(enum) if n.startswith("SM") and n[2:].isdigit() and len(n) >= 4]
+    return tuple(sorted({f"{n[2:-1]}.{n[-1]}" for n in names}, key=_cc_key))
+
+
+def engine_gap(trt: ModuleType, device: CudaDevice) -> str | None:
+    """Why ``trt`` can't run any engine on ``device`` (one line), or None when it can."""
+    supported = runs_on(trt)
+    if supported is None or device.compute_capability in supported:
+        return None
+    return (f"{trt.__name__} {trt.__version__} runs engines only on compute capability "
+            f"{', '.join(supported)}, and this GPU ({device.name}) is {device.compute_capability}: "
+            "the engine is built for other GPUs and can't run here; NVIDIA's tensorrt builds and "
+            "runs engines for this one")
+
+
 def _libcuda() -> ctypes.CDLL | None:
     for name in ("libcuda.so.1", "libcuda.so", ctypes.util.find_library("cuda") or ""):
         if not name:
