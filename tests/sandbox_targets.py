@@ -40,3 +40,20 @@ def allocate(nbytes: int) -> int:
 
 def unpicklable() -> object:
     return lambda: None
+
+
+PRELOADS: list[int] = []  # the pids that ran slow_preload in this process's memory
+
+
+def slow_preload() -> None:
+    """A preload as costly as a library's import (TensorFlow's: about 4 s)."""
+    PRELOADS.append(os.getpid())
+    time.sleep(0.5)
+
+
+def preloads() -> tuple[int, list[int]]:
+    return os.getpid(), list(PRELOADS)
+
+
+def failing_preload() -> None:
+    raise RuntimeError("the library is broken")

@@ -128,3 +128,103 @@ def test_a_call_interrupted_in_the_parent_leaves_no_reply_for_the_next(box: sand
     assert box.call(targets.double, 4) == 8
     assert box.call(targets.double, 5) == 10
     assert box.starts == 2
+
+
+# -- templates (zygote=True): a costly preload paid once per process --------------------------------
+
+def zy(box: sandbox.Sandbox, fn, *args, **kwargs):
+    return box.call(fn, *args, preload=targets.slow_preload, zygote=True, what="the test parser", **kwargs)
+
+
+@pytest.fixture
+def fresh_templates():
+    sandbox.close_all()
+    yield
+    sandbox.close_all()
+
+
+def test_zygote_children_after_the_first_are_forks_of_one_template(fresh_templates):
+    box = sandbox.Sandbox("zygote")
+    try:
+        first, ran = zy(box, targets.preloads)
+        assert ran == [first]  # the first child: plain, it ran the preload itself
+        assert not sandbox._templates  # a one-shot conversion never starts a template
+        seen = set()
+        for _ in range(3):
+            with pytest.raises(InputError, match=r"the test parser crashed \(SIGSEGV\)"):
+                zy(box, targets.segfault)
+            child, ran = zy(box, targets.preloads)
+            template = sandbox._templates[sandbox._key(targets.slow_preload)]
+            # the preload ran once, in the template, before the fork: not in this child
+            assert ran == [template.proc.pid] != [child]
+            assert box.proc.pid == child and child not in seen
+            seen.add(child)
+        assert box.starts == 4 and len(sandbox._templates) == 1
+    finally:
+        box.close()
+
+
+def test_a_forked_child_is_stopped_reaped_and_replaced(fresh_templates):
+    box = sandbox.Sandbox("zygote")
+    try:
+        zy(box, targets.pid)
+        with pytest.raises(InputError):
+            zy(box, targets.segfault)
+        forked = zy(box, targets.pid)
+        template = sandbox._templates[sandbox._key(targets.slow_preload)]
+        with pytest.raises(InputError, match="did not finish within 0.5 s"):
+            zy(box, targets.sleep, 30, timeout=0.5)
+        assert not _running(forked)  # killed, and reaped by the template (no zombie)
+        assert box.call(targets.double, 3, preload=targets.slow_preload, zygote=True) == 6
+        assert box.proc.pid != forked and template.alive()
+        tail = box._stderr_tail()
+        assert isinstance(tail, str)
+    finally:
+        box.close()
+    sandbox.close_all()
+    assert not template.alive()  # closing ends the template
+
+
+def test_a_template_whose_preload_fails_leaves_plain_children(fresh_templates):
+    box = sandbox.Sandbox("zygote-broken")
+    try:
+        for _ in range(3):
+            with pytest.raises(sandbox.SandboxedFailure, match="the library is broken"):
+                box.call(targets.pid, preload=targets.failing_preload, zygote=True)
+        assert not sandbox._templates
+    finally:
+        box.close()
+
+
+def test_a_template_and_its_children_die_with_the_parent(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("PR_SET_PDEATHSIG is Linux's")
+    script = tmp_path / "parent.py"
+    script.write_text(
+        "import sandbox_targets as t\n"
+        "from unframe import sandbox\n"
+        "box = sandbox.Sandbox('stuck')\n"
+        "call = lambda fn, *a: box.call(fn, *a, preload=t.slow_preload, zygote=True)\n"
+        "call(t.pid)\n"
+        "try:\n    call(t.segfault)\nexcept Exception:\n    pass\n"
+        "call(t.pid)\n"
+        "print(box.proc.pid, box._template.proc.pid, flush=True)\n"
+        "call(t.sleep, 600)\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, env=env)
+    child, template = map(int, parent.stdout.readline().split())
+    assert _running(child) and _running(template)
+    os.kill(parent.pid, signal.SIGKILL)
+    parent.wait()
+    for _ in range(100):
+        if not _running(child) and not _running(template):
+            break
+        time.sleep(0.1)
+    assert not _running(template), "the template outlived its parent"
+    assert not _running(child), "the forked child outlived its parent"

@@ -20,6 +20,14 @@ over a socket pair with ``multiprocessing.connection`` framing: nothing of the p
 (threads, locks, a half-initialized library) is forked into it, and the parent's ``__main__`` is
 not re-imported. It inherits the parent's ``sys.path``; its stderr goes to a file whose tail is
 kept for the error's details.
+
+A slow preload (TensorFlow's import: about 4 s) is paid again by every new child. A caller that
+passes ``zygote=True`` lets a long-running process (a zoo run, a training script's callbacks, a
+fuzzer) pay it once: the second time such a child has to start, a *template* starts instead (a
+fresh interpreter that runs the preload and nothing else) and from then on every new child is a
+fork of it, ready in milliseconds. A one-shot conversion never starts a template. The template
+has run only the preload, so what a child inherits is that library's import, never unframe's or
+the caller's state; the forked child is the same ``_child_main`` loop as a spawned one.
 """
 
 from __future__ import annotations
@@ -69,11 +77,24 @@ class Sandbox:
         self.starts = 0
         self._timed_out = False
         self._lock = threading.Lock()
+        self._template: _Template | None = None  # the template the child was forked from
 
     # -- lifecycle -------------------------------------------------------------------------------
-    def _start(self) -> None:
+    def _start(self, preload: Callable[[], Any] | None = None, zygote: bool = False) -> None:
         from multiprocessing.connection import Connection
 
+        self._preloaded: set[str] = set()
+        if preload is not None and zygote:
+            key = _key(preload)
+            template = _template_for(key, preload)
+            if template is not None:
+                self._stderr = None
+                self.proc, self.conn = template.fork(self.memory_limit)
+                self._template = template
+                self.starts += 1
+                self._preloaded.add(key)
+                return
+        self._template = None
         ours, theirs = socket.socketpair()
         self._stderr = tempfile.TemporaryFile(prefix="unframe-sandbox-")
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
@@ -85,7 +106,6 @@ class Sandbox:
         theirs.close()
         self.conn = Connection(ours.detach())
         self.starts += 1
-        self._preloaded: set[str] = set()
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -109,20 +129,22 @@ class Sandbox:
     # -- calls -----------------------------------------------------------------------------------
     def call(self, fn: Callable[..., Any], *args: Any, what: str = "", timeout: float | None = None,
              crash_error: type[UnframeError] = InputError, hint: str = "",
-             preload: Callable[[], Any] | None = None, **kwargs: Any) -> Any:
+             preload: Callable[[], Any] | None = None, zygote: bool = False, **kwargs: Any) -> Any:
         """``fn(*args, **kwargs)`` in the child (``fn`` must be a module-level function).
 
         ``timeout`` bounds the call itself; ``preload`` (a module-level function, e.g. one that
         imports TensorFlow) runs first in a fresh child, outside the timeout, so that a limit
-        sized for the work is not eaten by a slow import."""
+        sized for the work is not eaten by a slow import. ``zygote``: a new child may be forked
+        from a template that ran ``preload`` (see the module's docstring); only for a preload
+        whose library is safe to fork once imported."""
         what = what or f"{fn.__module__}.{fn.__qualname__}"
         with self._lock:
             if not self.alive():
                 self.close()
-                self._start()
-            key = preload and f"{preload.__module__}.{preload.__qualname__}"
+                self._start(preload, zygote)
+            key = preload and _key(preload)
             if preload is not None and key not in self._preloaded:
-                self._exchange(preload, (), {}, what, START_TIMEOUT, crash_error, hint)
+                _unpack(self._exchange(preload, (), {}, what, START_TIMEOUT, crash_error, hint), what)
                 self._preloaded.add(key)
             reply = self._exchange(fn, args, kwargs, what, timeout, crash_error, hint)
         return _unpack(reply, what)
@@ -187,15 +209,137 @@ class Sandbox:
                      "--debug shows the child's last output", details={"child_stderr": tail})
 
     def _stderr_tail(self, limit: int = 4000) -> str:
-        if self._stderr is None:
-            return ""
+        # a forked child writes to its template's file (shared by its siblings, one at a time)
+        return _tail(self._stderr if self._template is None else self._template.stderr, limit)
+
+
+def _tail(file: Any, limit: int) -> str:
+    if file is None:
+        return ""
+    try:
+        file.seek(0, os.SEEK_END)
+        size = file.tell()
+        file.seek(max(0, size - limit))
+        return file.read().decode(errors="replace")
+    except (OSError, ValueError):
+        return ""
+
+
+def _key(fn: Callable[..., Any]) -> str:
+    return f"{fn.__module__}.{fn.__qualname__}"
+
+
+# ------------------------------------------------------------------------------ templates ------
+_templates: dict[str, _Template] = {}
+_plain_starts: dict[str, int] = {}  # zygote preloads started the plain way, per key
+
+
+def _template_for(key: str, preload: Callable[[], Any]) -> _Template | None:
+    """The live template for ``preload``, started on this key's second start; None for the
+    first (a plain child: a one-shot conversion never pays for a template) or when a template
+    can't be had (then plain children, as without ``zygote``)."""
+    template = _templates.get(key)
+    if template is not None and template.alive():
+        return template
+    if template is not None:
+        template.close()
+        del _templates[key]
+    _plain_starts[key] = _plain_starts.get(key, 0) + 1
+    if _plain_starts[key] < 2:
+        return None
+    try:
+        template = _Template(preload)
+    except (OSError, EOFError, RuntimeError):
+        return None
+    _templates[key] = template
+    return template
+
+
+class _Template:
+    """A fresh interpreter that ran one preload and forks children from itself on request."""
+
+    def __init__(self, preload: Callable[[], Any]) -> None:
+        from multiprocessing.connection import Connection
+
+        ours, theirs = socket.socketpair()
+        self.stderr: Any = tempfile.TemporaryFile(prefix="unframe-template-")
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+        code = "from unframe.sandbox import _template_main; _template_main()"
+        args = [sys.executable, "-c", code, str(theirs.fileno()), preload.__module__, preload.__qualname__]
+        self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=self.stderr, stderr=self.stderr,
+                                     pass_fds=(theirs.fileno(),), env=env, close_fds=True,
+                                     start_new_session=True)
+        theirs.close()
+        self.conn = Connection(ours.detach())
+        self._lock = threading.Lock()
         try:
-            self._stderr.seek(0, os.SEEK_END)
-            size = self._stderr.tell()
-            self._stderr.seek(max(0, size - limit))
-            return self._stderr.read().decode(errors="replace")
-        except (OSError, ValueError):
-            return ""
+            ready = self.conn.poll(START_TIMEOUT) and self.conn.recv() == "ready"
+        except (OSError, EOFError):  # it died in its preload
+            ready = False
+        if not ready:
+            self.proc.kill()
+            self.close()
+            raise RuntimeError("the template did not run its preload")
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def fork(self, memory_limit: int | None) -> tuple[_Forked, Any]:
+        from multiprocessing.connection import Connection
+        from multiprocessing.reduction import send_handle
+
+        ours, theirs = socket.socketpair()
+        with self._lock:
+            self.conn.send(("fork", memory_limit or 0))
+            send_handle(self.conn, theirs.fileno(), self.proc.pid)
+            theirs.close()
+            pid = self.conn.recv()
+        return _Forked(self, pid), Connection(ours.detach())
+
+    def status(self, pid: int, block: bool) -> int | None:
+        """The exit status of child ``pid`` (negative: the signal), or None while it runs."""
+        with self._lock:
+            try:
+                self.conn.send(("status", pid, block))
+                return self.conn.recv()
+            except (OSError, EOFError):  # the template went, and its children with it
+                return -signal.SIGKILL
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.conn.close()  # the template sees EOF, kills its children and exits
+        try:
+            self.proc.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.stderr.close()
+
+
+class _Forked:
+    """A child forked by a template, with the part of ``subprocess.Popen`` that ``Sandbox`` uses.
+    Its parent is the template, which reaps it and reports its status."""
+
+    def __init__(self, template: _Template, pid: int) -> None:
+        self.template, self.pid = template, pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self.returncode = self.template.status(self.pid, block=False)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise subprocess.TimeoutExpired(f"pid {self.pid}", timeout or 0.0)
+            time.sleep(0.005)
+        return self.returncode  # type: ignore[return-value]
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, signal.SIGKILL)
 
 
 def _signal_name(number: int) -> str:
@@ -270,6 +414,10 @@ def close_all() -> None:
         _, box = _children.popitem()
         box.close()
     _in_session.clear()
+    while _templates:
+        _, template = _templates.popitem()
+        template.close()
+    _plain_starts.clear()
 
 
 atexit.register(close_all)
@@ -278,9 +426,12 @@ atexit.register(close_all)
 # ------------------------------------------------------------------------------ the child ------
 def _child_main() -> None:
     """The child's loop: receive (module, function, args, kwargs), reply with the outcome."""
+    _serve(int(sys.argv[1]), int(sys.argv[2]))
+
+
+def _serve(fd: int, memory: int) -> None:
     from multiprocessing.connection import Connection
 
-    fd, memory = int(sys.argv[1]), int(sys.argv[2])
     _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and stops us
     if memory:
@@ -294,6 +445,63 @@ def _child_main() -> None:
         except (EOFError, OSError):
             return
         conn.send_bytes(_outcome(module, qualname, args, kwargs))
+
+
+def _template_main() -> None:
+    """The template's loop: run the preload once, then fork a child per request (the child
+    serves the socket it was handed) and report the children's exit statuses."""
+    from multiprocessing.connection import Connection
+    from multiprocessing.reduction import recv_handle
+
+    fd, module, qualname = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+    _die_with_parent()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    conn = Connection(fd)
+    import pickle
+
+    if pickle.loads(_outcome(module, qualname, (), {}))[0] != "ok":
+        return  # the parent sees EOF instead of "ready" and starts plain children
+    conn.send("ready")
+    finished: dict[int, int] = {}
+    children: set[int] = set()
+    try:
+        while True:
+            try:
+                request = conn.recv()
+            except (EOFError, OSError):
+                return
+            if request[0] == "fork":
+                handle = recv_handle(conn)
+                pid = os.fork()
+                if pid == 0:  # the child: never returns into this loop
+                    try:
+                        conn.close()
+                        _serve(handle, request[1])
+                    finally:
+                        os._exit(0)
+                os.close(handle)
+                children.add(pid)
+                conn.send(pid)
+            elif request[0] == "status":
+                _reap(children, finished)
+                pid, block = request[1], request[2]
+                if block and pid in children:
+                    _, status = os.waitpid(pid, 0)
+                    children.discard(pid)
+                    finished[pid] = os.waitstatus_to_exitcode(status)
+                conn.send(finished.pop(pid, None if pid in children else -signal.SIGKILL))
+    finally:
+        for pid in children:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def _reap(children: set[int], finished: dict[int, int]) -> None:
+    for pid in list(children):
+        got, status = os.waitpid(pid, os.WNOHANG)
+        if got:
+            children.discard(pid)
+            finished[pid] = os.waitstatus_to_exitcode(status)
 
 
 def _die_with_parent() -> None:

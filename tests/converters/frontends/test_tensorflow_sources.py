@@ -275,3 +275,32 @@ def test_subclassed_keras_model_with_samples(fe) -> None:
     for feed in export.feeds:
         np.testing.assert_allclose(ort.run(feed)["output_0"], model(feed["input_0"]).numpy(),
                                    atol=1e-5, rtol=1e-4)
+
+
+def test_tflite_in_children_forked_from_a_template_answers_as_in_a_fresh_one(cnn_files) -> None:
+    """Three conversions in one process: the first child imports TensorFlow itself; at the second
+    start a template imports it once and the second and third children are forks of it. All three
+    give the same answers."""
+    from unframe import sandbox
+    from unframe.converters.frontends._tf import probes
+
+    sandbox.close_all()
+    path, rng = cnn_files["tflite"], np.random.default_rng(0)
+    answers, parents = [], []
+    for _ in range(3):
+        with sandbox.session():  # a conversion: its child is closed at the end
+            inputs, outputs, names = probes.describe_tflite(path)
+            if not answers:
+                arrays = {s.name: rng.standard_normal([2 if d is None else d for d in s.shape]).astype(s.dtype)
+                          for s in inputs}
+            outs = probes.run_tflite(path, arrays, names)
+            child = sandbox.existing(probes.SANDBOX).proc.pid
+            parents.append(int(Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()[1]))
+        answers.append((inputs, outputs, outs))
+    template = sandbox._templates[sandbox._key(probes.import_tensorflow)]
+    assert parents[0] == __import__("os").getpid() != parents[1] == parents[2] == template.proc.pid
+    for inputs, outputs, outs in answers[1:]:
+        assert (inputs, outputs) == answers[0][:2]
+        assert all(np.array_equal(a, b) for a, b in zip(outs, answers[0][2], strict=True))
+    assert np.abs(answers[0][2][0]).max() > 0.01  # not an all-zero output
+    sandbox.close_all()

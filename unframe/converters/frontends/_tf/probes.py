@@ -58,7 +58,8 @@ def run_tflite(path: Path, arrays: dict[str, Any], names: dict[str, str]) -> lis
 
 
 def _call(fn: Any, path: Path, *args: Any, what: str, preload: Any, timeout: float | None = -1.0) -> Any:
-    return sandbox.call(SANDBOX, fn, path, *args, limits.max_memory(), what=what, preload=preload,
+    # zygote: a process that reads many files (a zoo run, a fuzzer) imports TensorFlow once
+    return sandbox.call(SANDBOX, fn, path, *args, limits.max_memory(), what=what, preload=preload, zygote=True,
                         timeout=probe_timeout(path) if timeout == -1.0 else timeout,
                         crash_error=InputError, hint="the file is malformed; re-save the model")
 
@@ -132,8 +133,16 @@ def tflite_in_child(path: Path, budget: int) -> tuple[list[Any], list[str], dict
 
     with limits.memory_budget(budget):
         interpreter = make_interpreter(path)
-        signature = tflite_signature(interpreter)
-        for det in interpreter.get_input_details():
+        try:  # the getters follow the file's tensor indices and decode its tensor names
+            signature = tflite_signature(interpreter)
+            details = interpreter.get_input_details()
+        except UnicodeDecodeError as exc:
+            raise InputError(f"{path}: a tensor name in the TFLite model is not UTF-8 text ({exc.reason} at "
+                             f"byte {exc.start})", "the file is malformed; re-convert the model") from None
+        except ValueError as exc:  # "Invalid tensor index 0 exceeds max tensor index 0"
+            raise InputError(f"{path}: the TFLite model's inputs and outputs can't be read ({exc})",
+                             "the file is malformed; re-convert the model") from None
+        for det in details:
             shape = [max(int(d), 1) for d in det["shape"]]
             limits.check_array(shape, det["dtype"], f"TFLite input {det['name']}")
             interpreter.set_tensor(det["index"], np.zeros(shape, dtype=det["dtype"]))
