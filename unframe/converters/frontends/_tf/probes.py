@@ -139,8 +139,10 @@ def tflite_in_child(path: Path, budget: int) -> tuple[list[Any], list[str], dict
         except UnicodeDecodeError as exc:
             raise InputError(f"{path}: a tensor name in the TFLite model is not UTF-8 text ({exc.reason} at "
                              f"byte {exc.start})", "the file is malformed; re-convert the model") from None
-        except ValueError as exc:  # "Invalid tensor index 0 exceeds max tensor index 0"
-            raise InputError(f"{path}: the TFLite model's inputs and outputs can't be read ({exc})",
+        except (ValueError, TypeError) as exc:  # "Invalid tensor index 0 exceeds max tensor index 0";
+            # a negative index the bindings refuse ("TensorName(): incompatible function arguments")
+            raise InputError(f"{path}: the TFLite model's inputs and outputs can't be read "
+                             f"({str(exc).splitlines()[0][:200]})",
                              "the file is malformed; re-convert the model") from None
         for det in details:
             shape = [max(int(d), 1) for d in det["shape"]]
