@@ -80,6 +80,15 @@ def test_a_session_shares_one_child_and_closes_it():
 
 def test_a_child_stuck_in_native_code_dies_with_its_parent(tmp_path):
     """A parent killed outright (no atexit) takes its stuck child with it (PR_SET_PDEATHSIG)."""
+    (child,) = _kill_the_parent_of(tmp_path, "box.call(sandbox_targets.double, 1)\n"
+                                             "print(box.proc.pid, flush=True)\n"
+                                             "box.call(sandbox_targets.sleep, 600)\n")
+    assert not _running(child), "the child outlived its parent"
+
+
+def _kill_the_parent_of(tmp_path, body: str) -> list[int]:
+    """Run ``body`` in a parent process holding ``box`` (a Sandbox); SIGKILL the parent once it
+    printed the pids to watch; the pids, once each is gone or 10 s have passed."""
     import os
     import signal
     import subprocess
@@ -89,23 +98,18 @@ def test_a_child_stuck_in_native_code_dies_with_its_parent(tmp_path):
     if not sys.platform.startswith("linux"):
         pytest.skip("PR_SET_PDEATHSIG is Linux's")
     script = tmp_path / "parent.py"
-    script.write_text(
-        "import sys, sandbox_targets\n"
-        "from unframe import sandbox\n"
-        "box = sandbox.Sandbox('stuck')\n"
-        "box.call(sandbox_targets.double, 1)\n"
-        "print(box.proc.pid, flush=True)\n"
-        "box.call(sandbox_targets.sleep, 600)\n")
+    script.write_text("import sandbox_targets\nfrom unframe import sandbox\nbox = sandbox.Sandbox('stuck')\n" + body)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, env=env)
-    child = int(parent.stdout.readline())
+    pids = [int(x) for x in parent.stdout.readline().split()]
+    assert pids and all(_running(p) for p in pids)
     os.kill(parent.pid, signal.SIGKILL)
     parent.wait()
     for _ in range(100):
-        if not _running(child):
+        if not any(_running(p) for p in pids):
             break
         time.sleep(0.1)
-    assert not _running(child), "the child outlived its parent"
+    return pids
 
 
 def _running(pid: int) -> bool:
@@ -197,34 +201,13 @@ def test_a_template_whose_preload_fails_leaves_plain_children(fresh_templates):
 
 
 def test_a_template_and_its_children_die_with_the_parent(tmp_path):
-    import os
-    import signal
-    import subprocess
-    import sys
-    import time
-
-    if not sys.platform.startswith("linux"):
-        pytest.skip("PR_SET_PDEATHSIG is Linux's")
-    script = tmp_path / "parent.py"
-    script.write_text(
-        "import sandbox_targets as t\n"
-        "from unframe import sandbox\n"
-        "box = sandbox.Sandbox('stuck')\n"
+    child, template = _kill_the_parent_of(tmp_path, (
+        "t = sandbox_targets\n"
         "call = lambda fn, *a: box.call(fn, *a, preload=t.slow_preload, zygote=True)\n"
         "call(t.pid)\n"
         "try:\n    call(t.segfault)\nexcept Exception:\n    pass\n"
         "call(t.pid)\n"
         "print(box.proc.pid, box._template.proc.pid, flush=True)\n"
-        "call(t.sleep, 600)\n")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, env=env)
-    child, template = map(int, parent.stdout.readline().split())
-    assert _running(child) and _running(template)
-    os.kill(parent.pid, signal.SIGKILL)
-    parent.wait()
-    for _ in range(100):
-        if not _running(child) and not _running(template):
-            break
-        time.sleep(0.1)
+        "call(t.sleep, 600)\n"))
     assert not _running(template), "the template outlived its parent"
     assert not _running(child), "the forked child outlived its parent"
