@@ -1,7 +1,8 @@
 """Export fallbacks and input names: a list-of-tensors input is named after its parameter
 (images, images_1), never a bare index; a data-dependent model falls back to the TorchScript
 exporter; hints suggest only what was not tried; torchvision's SSDLite (through the import shim
-in model_zoo/build) converts to ONNX, and on to CoreML (its NonMaxSuppression included).
+in model_zoo/build) converts to ONNX, and on to CoreML (its NonMaxSuppression included) and to a
+TensorRT engine.
 TensorRT: a parser refusal is a blocker of `check`, and stays off the terminal."""
 
 from __future__ import annotations
@@ -115,7 +116,10 @@ def test_nms_reference_matches_the_definition() -> None:
     assert shim.nms_reference(boxes, scores, 0.95).tolist() == [3, 0, 1, 2]
 
 
-def test_ssdlite_converts_to_onnx_and_to_coreml(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def ssdlite_onnx(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Path, Any]:
+    """SSDLite (as torchvision builds it, seeded) and its ONNX export: (model, path, image)."""
+    tmp_path = tmp_path_factory.mktemp("ssdlite")
     model = _ssdlite()
     image = [torch.rand(3, 320, 320, generator=torch.Generator().manual_seed(2))]
     with torch.no_grad():
@@ -129,6 +133,11 @@ def test_ssdlite_converts_to_onnx_and_to_coreml(tmp_path: Path) -> None:
     assert [v.name for v in result.model.graph.inputs] == ["images"]
     assert [v.name for v in result.model.graph.outputs] == ["boxes", "scores", "labels"]
     assert result.report, str(result.report)
+    return model, path, image
+
+
+def test_ssdlite_converts_to_onnx_and_to_coreml(ssdlite_onnx: tuple[Any, Path, Any], tmp_path: Path) -> None:
+    _, path, image = ssdlite_onnx
     checked = unframe.check(path, to="coreml")
     assert checked, [str(b) for b in checked.blockers]
     # the boxes reaching the NMS are counted at run time: CoreML's fixed-size NMS output is bounded
@@ -139,6 +148,23 @@ def test_ssdlite_converts_to_onnx_and_to_coreml(tmp_path: Path) -> None:
                              sample_inputs={"images": image[0].numpy()})
     assert coreml.report, str(coreml.report)
     assert (tmp_path / "ssdlite.mlpackage").exists()
+
+
+def test_ssdlite_builds_a_tensorrt_engine(ssdlite_onnx: tuple[Any, Path, Any], tmp_path: Path) -> None:
+    """torchvision's NMS sits in its empty-boxes If, and tensorrt-rtx has neither NonZero nor a
+    NonMaxSuppression layer: `check` finds no blocker in the prepared graph and the builder makes
+    the engine (its selection checked against onnxruntime's in test_trt_nms; running it needs a
+    GPU)."""
+    from unframe.converters.backends.tensorrt import trtmodule
+
+    if trtmodule.load_or_none() is None:
+        pytest.skip("needs tensorrt-rtx (the 'tensorrt' extra)")
+    _, path, _ = ssdlite_onnx
+    checked = unframe.check(path, to="tensorrt")
+    assert checked, [str(b) for b in checked.blockers]
+    engine = tmp_path / "ssdlite.engine"
+    unframe.convert(path, to="tensorrt", output=engine, builder_optimization_level=0)
+    assert engine.stat().st_size > 100_000  # the weights are in it
 
 
 # -- TensorRT: a parser refusal is a blocker -------------------------------------------------------

@@ -268,10 +268,10 @@ def test_keeping_scores_over_a_threshold_builds(backend, tmp_path):
 
 
 def test_tensorrt_rtx_builder_has_no_non_max_suppression(tmp_path):
-    """The fact behind preflight.NO_RUNNER_OPS: tensorrt-rtx parses a one-node NonMaxSuppression
-    graph, then its builder finds no implementation. Fails once a tensorrt-rtx release builds it
-    (then take it off the list). Past the pre-flight, that builder error is a refusal (exit 4)
-    naming it, not a failed conversion."""
+    """The fact behind preflight.NO_RUNNER_OPS and nms.py: tensorrt-rtx parses a one-node
+    NonMaxSuppression graph, then its builder finds no implementation. Fails once a tensorrt-rtx
+    release builds it (then take it off the list and stop rewriting it). The graph as written is
+    refused (exit 4) with the builder's reason; prepared, it has no NonMaxSuppression left."""
     from unframe.converters.backends.tensorrt import build
     trt = trt_or_skip()
     if trt.__name__ != "tensorrt_rtx":
@@ -288,14 +288,34 @@ def test_tensorrt_rtx_builder_has_no_non_max_suppression(tmp_path):
     assert any("no runners" in message for _, message in logger.messages)
     from unframe.converters.backends.tensorrt.backend import check_report
 
-    report = check_report(model)  # the blocker, and no disagreement: the parser does take it
-    assert [b.op for b in report.blockers] == ["NonMaxSuppression"] and report.disagreements == []
+    dynamic = make_model([helper.make_node("NonMaxSuppression", ["b", "s", "m", "iou"], ["sel"])],
+                         [vi("b", [1, "N", 4]), vi("s", [1, 1, "N"])], [vi("sel", ["K", 3], TensorProto.INT64)],
+                         [const("m", np.array([5], np.int64)), const("iou", np.array([0.5], np.float32))])
+    report = check_report(dynamic)  # the prepared graph: the greedy rewrite, which it takes
+    assert report.blockers == [] and report.disagreements == []
+    # With static shapes straight from the network inputs, the parser wants those inputs as
+    # host shape tensors (the selection's length is computed from them): a parser refusal
+    static = check_report(model)
+    assert static.blockers and all("shape tensor" in b.reason for b in static.blockers), static.blockers
+    assert all("symbolic dim" in b.hint for b in static.blockers)
     path = tmp_path / "nms.onnx"
     ir.save(model, path)
     with pytest.raises(UnsupportedError) as info:
         build.build(path, {}, build.BuildOptions())
     assert info.value.exit_code == 4
     assert any("no implementation of this layer" in b.reason for b in info.value.blockers)
+
+
+def test_torchvisions_guarded_nms_builds_once_prepared(backend, tmp_path):
+    """torchvision's batched NMS inside its empty-boxes If: no builder takes data-dependent shapes
+    inside an If, and tensorrt-rtx's has no NonMaxSuppression. Prepared (guards.py, and nms.py
+    for tensorrt-rtx; their selections are checked against onnxruntime in test_trt_nms), the
+    engine builds, with a selection of data-dependent length."""
+    from test_trt_nms import guarded_nms_model
+
+    shapes = {"boxes": (30, 4), "scores": (30,), "labels": (30,)}
+    _, meta = convert_and_write(backend, guarded_nms_model(), target(sample_shapes=shapes), tmp_path)
+    assert io_of(meta, "outputs") == [("keep", "INT64", [-1])]
 
 
 def test_builder_errors_that_mean_it_cannot_implement_the_network_are_refusals():

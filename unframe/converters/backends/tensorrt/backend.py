@@ -96,9 +96,23 @@ def check_report(model: ir.Model, ask_parser: bool = True) -> CheckReport:
         if node is None or (not node.name and any(b.op == node.op_type for b in blockers)):
             continue
         report.blockers.append(Blocker(node.op_type, f"{verdict.module} parser: {message}",
-                                       node.name or f"#{index}", "",
-                                       "the support table did not predict this"))
+                                       node.name or f"#{index}", "", _parser_hint(message)))
     return report
+
+
+# Parser messages whose remedy is known, and the hint that says it.
+PARSER_HINTS = (
+    # a length computed from values (a NonZero or NMS selection) of static network inputs: the
+    # parser wants those inputs as host shape tensors; with a symbolic dim they stay on the device
+    ("is a shape tensor and must have type Int32 or Int64",
+     "a length here is computed from the values of a network input with static dims; give that "
+     "input a symbolic dim in the ONNX file (e.g. the box count), so TensorRT computes it on the GPU"),
+)
+
+
+def _parser_hint(message: str) -> str:
+    return next((hint for words, hint in PARSER_HINTS if words in message),
+                "the support table did not predict this")
 
 
 def _prepared_copy(model: ir.Model) -> ir.Model:
@@ -319,7 +333,10 @@ def support_markdown() -> list[str]:
              + ", ".join(sorted(preflight.PLUGIN_OPS))
              + " (a NonZero over one axis is rewritten by the preparation into a compaction it "
              "builds); parsed but with no layer implementation in its builder: "
-             + ", ".join(sorted(preflight.NO_RUNNER_OPS)) + ". Its runtime runs engines only on GPUs "
+             + ", ".join(sorted(preflight.NO_RUNNER_OPS)) + " (from opset 13 the preparation writes "
+             "NonMaxSuppression as comparison matrices and a fixed-point Loop it builds, selecting "
+             "what onnxruntime selects; an If that only guards against empty boxes, as torchvision's, "
+             "is taken out so the data-dependent shapes reach the top level). Its runtime runs engines only on GPUs "
              "of compute capability " + ", ".join(trtmodule.RTX_RUNS_ON) + " (not Hopper: on an H100 "
              "it refuses every engine), and its engines are portable across "
              + ", ".join(trtmodule.RTX_DEFAULT_TARGETS) + " whatever machine built them; on other "

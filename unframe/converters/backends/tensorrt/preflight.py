@@ -126,7 +126,8 @@ class Context:
 PLUGIN_OPS = frozenset({"DeformConv", "RoiAlign", "LinearAttention", "CausalConvWithState", "NonZero"})
 # Ops tensorrt_rtx 1.7's parser takes but its builder has no implementation of (measured: "has
 # no runners that implement it", on its own in a one-node graph; NVIDIA's TensorRT-RTX issue 32
-# reports the same for NonZero on an RTX 3090).
+# reports the same for NonZero on an RTX 3090). From opset 13 the preparation rewrites
+# NonMaxSuppression (nms.GreedyNmsPass); what it leaves is named here.
 NO_RUNNER_OPS = frozenset({"NonMaxSuppression"})
 
 

@@ -1,36 +1,46 @@
 """Graph preparation for TensorRT's ONNX parser, as onnx-ir passes.
 
-``prepare(model)`` runs, in order:
+``prepare(model)`` runs, in order (shape inference, onnx's through onnx-ir's
+``ShapeInferencePass``, first, best effort):
 
-1. ``LiftConstantsToInitializersPass`` (onnx-ir): Constant nodes become initializers.
-Shape inference (onnx's, through onnx-ir's ``ShapeInferencePass``) runs first, best effort.
-
-2. ``FoldConstantsPass``: nodes whose inputs are all initializers (or ``Shape``/``Size`` of a
+1. ``EmptyGuardPass`` (``guards.py``): an ``If(numel(x) == 0, then=<empty>, else=g)`` whose else
+   branch is provably empty for an empty ``x`` (torchvision's batched NMS) becomes ``g``'s nodes,
+   so their data-dependent shapes are in the top-level graph, where the builder takes them.
+2. ``LiftConstantsToInitializersPass`` (onnx-ir): Constant nodes become initializers.
+3. ``FoldConstantsPass``: nodes whose inputs are all initializers (or ``Shape``/``Size`` of a
    tensor with a static shape) are evaluated with onnx's reference evaluator and replaced by an
    initializer. Shape-computing subgraphs and Resize scales thus reach the parser as weights,
    which is what its "must be an initializer" restrictions ask for.
-3. ``NarrowInt64Pass``: int64 index constants that fit in int32 become int32 where the op takes
+4. ``NarrowInt64Pass``: int64 index constants that fit in int32 become int32 where the op takes
    either (TensorRT computes indices in int32; int64 needs casts inside the engine).
-4. ``FloatCumSumPass``: a running count (CumSum of a tensor cast from BOOL to an integer type,
+5. ``FloatCumSumPass``: a running count (CumSum of a tensor cast from BOOL to an integer type,
    as RoBERTa's and Whisper's position ids are computed) is summed in float32, which TensorRT's
    CumSum takes, and cast back: exact, every partial sum being an integer below 2**24.
-5. ``CompactNonZeroPass`` (tensorrt-rtx only, whose parser takes NonZero only as a plugin it
+6. ``GreedyNmsPass`` (``nms.py``; tensorrt-rtx only, whose builder has no implementation of
+   NonMaxSuppression): the op as comparison matrices and a fixed-point Loop, with exactly
+   onnxruntime's selection.
+7. ``CompactNonZeroPass`` (tensorrt-rtx only, whose parser takes NonZero only as a plugin it
    doesn't ship): NonZero over a 1-D tensor becomes a compaction TensorRT builds natively
    (a running count, a scatter and a slice of data-dependent length).
-6. ``FloatNonZeroPass``: NonZero over a mask or integers reads a float32 cast of it (TensorRT's
+8. ``FloatNonZeroPass``: NonZero over a mask or integers reads a float32 cast of it (TensorRT's
    NonZero takes float types; the indices are the same).
-7. ``RemoveUnusedNodesPass`` (onnx-ir): what folding left unused.
+9. ``RemoveUnusedNodesPass`` (onnx-ir): what folding left unused.
+
+A pass that replaces one node with several builds them with ``rewrite.NodeBuilder``; a new one
+goes in its own module when it is more than a screen (``guards.py``, ``nms.py``).
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 import numpy as np
 import onnx_ir as ir
 import onnx_ir.passes.common as common_passes
 
+from unframe.converters.backends.tensorrt.guards import EmptyGuardPass
+from unframe.converters.backends.tensorrt.nms import GreedyNmsPass
+from unframe.converters.backends.tensorrt.rewrite import NodeBuilder
 from unframe.opset import DEFAULT_DOMAINS, FALLBACK_OPSET, main_opset
 
 logger = logging.getLogger(__name__)
@@ -300,40 +310,26 @@ class CompactNonZeroPass(ir.passes.InPlacePass):
 
 def _compaction(graph: ir.Graph, node: ir.Node, data: ir.Value, prefix: str) -> tuple[list[ir.Node], ir.Value]:
     """The nodes of CompactNonZeroPass's rewrite of ``NonZero(data)`` and the indices they give."""
-    nodes: list[ir.Node] = []
+    b = NodeBuilder(graph, prefix)
     F, I64, B = ir.DataType.FLOAT, ir.DataType.INT64, ir.DataType.BOOL  # noqa: N806
-
-    def op(op_type: str, inputs: list[ir.Value], dtype: ir.DataType, **attrs: Any) -> ir.Value:
-        made = ir.node(op_type, inputs, attrs, name=f"{prefix}_{len(nodes)}_{op_type}")
-        made.outputs[0].type = ir.TensorType(dtype)
-        nodes.append(made)
-        return made.outputs[0]
-
-    def const(tag: str, array: np.ndarray) -> ir.Value:
-        value = ir.Value(name=f"{prefix}_{tag}", const_value=ir.Tensor(array, name=f"{prefix}_{tag}"),
-                         shape=ir.Shape(array.shape), type=ir.TensorType(ir.DataType.from_numpy(array.dtype)))
-        graph.register_initializer(value)
-        return value
-
     if data.dtype == B:
         mask = data
     else:
-        as_float = data if data.dtype == F else op("Cast", [data], F, to=F)
-        mask = op("Not", [op("Equal", [as_float, const("zero", np.array(0, np.float32))], B)], B)
-    ones = op("Cast", [mask], F, to=F)
-    position = op("Sub", [op("CumSum", [ones, const("axis", np.array(0, np.int64))], F),
-                          const("one", np.array([1], np.float32))], F)
-    length = op("Shape", [data], I64)
-    slot = op("Cast", [op("Where", [mask, position, op("Cast", [length], F, to=F)], F)], I64, to=I64)
-    slots = op("Expand", [const("empty", np.array(0, np.float32)),
-                          op("Add", [length, const("spare", np.array([1], np.int64))], I64)], F)
-    limit = op("Reshape", [length, const("scalar", np.zeros(0, np.int64))], I64)
-    positions = op("Cast", [op("Range", [const("start", np.array(0, np.int64)), limit,
-                                         const("step", np.array(1, np.int64))], I64)], F, to=F)
-    kept = op("ScatterElements", [slots, slot, positions], F, axis=0)
-    count = op("Cast", [op("ReduceSum", [ones], F, keepdims=1)], I64, to=I64)
-    first = op("Cast", [op("Slice", [kept, const("begin", np.array([0], np.int64)), count], F)], I64, to=I64)
-    return nodes, op("Reshape", [first, const("row", np.array([1, -1], np.int64))], I64)
+        as_float = data if data.dtype == F else b.op("Cast", [data], F, to=F)
+        mask = b.op("Not", [b.op("Equal", [as_float, b.scalar(0.0)], B)], B)
+    ones = b.op("Cast", [mask], F, to=F)
+    position = b.op("Sub", [b.op("CumSum", [ones, b.scalar(0, np.int64)], F), b.vector(1.0, dtype=np.float32)], F)
+    length = b.op("Shape", [data], I64)
+    slot = b.op("Cast", [b.op("Where", [mask, position, b.op("Cast", [length], F, to=F)], F)], I64, to=I64)
+    slots = b.op("Expand", [b.scalar(0.0), b.op("Add", [length, b.vector(1)], I64)], F)
+    limit = b.op("Reshape", [length, b.const("scalar", np.zeros(0, np.int64))], I64)
+    positions = b.op("Cast", [b.op("Range", [b.scalar(0, np.int64), limit, b.scalar(1, np.int64)], I64)], F, to=F)
+    kept = b.op("ScatterElements", [slots, slot, positions], F, axis=0)
+    count = b.op("Cast", [b.op("ReduceSum", [ones], F, keepdims=1)], I64, to=I64)
+    first = b.op("Cast", [b.op("Slice", [kept, b.vector(0), count], F)], I64, to=I64)
+    return b.nodes, b.op("Reshape", [first, b.vector(1, -1)], I64)
+
+
 _CASTABLE = {ir.DataType.BOOL, ir.DataType.INT8, ir.DataType.UINT8, ir.DataType.INT32, ir.DataType.INT64}
 
 
@@ -396,20 +392,25 @@ def infer_shapes(model: ir.Model) -> ir.Model:
         return model
 
 
-def prepare(model: ir.Model, *, native_nonzero: bool | None = None) -> ir.Model:
+def prepare(model: ir.Model, *, native_nonzero: bool | None = None, native_nms: bool | None = None) -> ir.Model:
     """Run the TensorRT preparation passes on ``model`` (in place) and return it.
-    ``native_nonzero``: whether the parser takes NonZero as a layer; by default, unless the
-    TensorRT that would parse it is tensorrt-rtx."""
-    if native_nonzero is None:
+    ``native_nonzero`` / ``native_nms``: whether the parser takes NonZero as a layer and the
+    builder implements NonMaxSuppression; by default, unless the TensorRT that would build it is
+    tensorrt-rtx."""
+    if native_nonzero is None or native_nms is None:
         from unframe.converters.backends.tensorrt.trtmodule import installed_flavour
 
-        native_nonzero = installed_flavour() != "tensorrt_rtx"
+        rtx = installed_flavour() == "tensorrt_rtx"
+        native_nonzero = not rtx if native_nonzero is None else native_nonzero
+        native_nms = not rtx if native_nms is None else native_nms
     model = infer_shapes(model)
     passes = ir.passes.PassManager([
+        EmptyGuardPass(),
         common_passes.LiftConstantsToInitializersPass(lift_all_constants=True, size_limit=0),
         FoldConstantsPass(),
         NarrowInt64Pass(),
         FloatCumSumPass(),
+        *([] if native_nms else [GreedyNmsPass()]),
         *([] if native_nonzero else [CompactNonZeroPass()]),
         FloatNonZeroPass(),
         common_passes.RemoveUnusedNodesPass(),
