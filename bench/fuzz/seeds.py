@@ -95,6 +95,15 @@ def _node_cases() -> list[object]:
     return out
 
 
+def detection_onnx() -> list[bytes]:
+    """NonMaxSuppression alone (dynamic box count) and inside torchvision's empty-boxes If: what
+    the TensorRT preparation rewrites (guards.py, nms.py)."""
+    import onnx_ir as ir
+    from test_trt_nms import guarded_nms_model, nms_model
+
+    return [ir.to_proto(m).SerializeToString() for m in (guarded_nms_model(), nms_model(0, 3), nms_model(1, 2))]
+
+
 def small_onnx(n: int) -> list[bytes]:
     models = onnx_models()
     return sorted(models, key=len)[:n] + models[:5]
@@ -204,10 +213,10 @@ def manifests() -> list[bytes]:
 # ------------------------------------------------------------------------------------ main ----
 SEEDS: dict[str, Callable[[], list[bytes]]] = {
     "onnx_load": onnx_models,
-    "check": lambda: small_onnx(120),
+    "check": lambda: small_onnx(120) + detection_onnx(),
     "opset": lambda: [bytes([21 - 7]) + m for m in onnx_models()] + [bytes([9 - 7]) + m for m in small_onnx(40)],
     "coreml": lambda: small_onnx(80),
-    "tensorrt": lambda: small_onnx(30),
+    "tensorrt": lambda: small_onnx(30) + detection_onnx(),
     "inspect": lambda: [bytes([0]) + m for m in small_onnx(20)] + [bytes([1]) + p for p in mlpackages()]
                        + [bytes([2]) + e for e in engines()],
     "mil_eval": mlpackages,

@@ -145,9 +145,14 @@ def tflite_in_child(path: Path, budget: int) -> tuple[list[Any], list[str], dict
                              f"({str(exc).splitlines()[0][:200]})",
                              "the file is malformed; re-convert the model") from None
         for det in details:
-            shape = [max(int(d), 1) for d in det["shape"]]
+            shape = [1 if int(d) < 0 else int(d) for d in det["shape"]]  # a declared 0 stays 0
             limits.check_array(shape, det["dtype"], f"TFLite input {det['name']}")
-            interpreter.set_tensor(det["index"], np.zeros(shape, dtype=det["dtype"]))
+            try:
+                interpreter.set_tensor(det["index"], np.zeros(shape, dtype=det["dtype"]))
+            except ValueError as exc:  # "Cannot set tensor: Dimension mismatch ..."
+                raise InputError(f"{path}: the TFLite model's input {det['name']!r} doesn't take a tensor of its "
+                                 f"own declared shape ({str(exc).splitlines()[0][:200]})",
+                                 "the file is malformed; re-convert the model") from None
         try:
             interpreter.invoke()
             for det in interpreter.get_output_details():
