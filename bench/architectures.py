@@ -227,6 +227,7 @@ def _bare_export(model: Any, samples: Any, arch: Any, folder: Path, record: dict
 
 def _bare_torch(model: Any, samples: Any, arch: Any, folder: Path, record: dict[str, Any]) -> None:
     import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
 
     args, kwargs = ((), samples) if isinstance(samples, dict) else (tuple(samples), {})
     dynamo = arch.options.get("exporter") != "torchscript" and record.get("export_route") != "torchscript"
@@ -235,7 +236,9 @@ def _bare_torch(model: Any, samples: Any, arch: Any, folder: Path, record: dict[
         batch = {0: torch.export.Dim.AUTO}
         extra["dynamic_shapes"] = ({k: batch for k in kwargs} if kwargs
                                    else tuple(batch if isinstance(a, torch.Tensor) else None for a in args))
-    with torch.no_grad():
+    # attention traced with the math kernel, as unframe traces it: without it dynamo can't export
+    # BEiT, Swin or T5 at all (``export.math_attention``), and the anchor would be a failure
+    with torch.no_grad(), sdpa_kernel([SDPBackend.MATH]):
         torch.onnx.export(model, args, str(folder / "bare.onnx"), kwargs=kwargs or None, dynamo=dynamo,
                           opset_version=18 if dynamo else 17, **extra)
 

@@ -85,6 +85,26 @@ def cached_torchlib() -> Iterator[None]:
         apis.get_torchlib_ops = original
 
 
+@contextlib.contextmanager
+def math_attention() -> Iterator[None]:
+    """Trace ``scaled_dot_product_attention`` with its math kernel's layout.
+
+    torch.export records a model's ``reshape`` of the attention output as a ``view`` when the
+    traced kernel (CPU flash attention) returns a [B, L, H, D]-strided result. torch.onnx keeps
+    the attention op whole and re-traces it with the math kernel's contiguous [B, H, L, D]
+    result, where that view is impossible ("Cannot view a tensor ... after a transpose": BEiT,
+    Swin, T5 on torch 2.13). Tracing with the math kernel from the start records what the
+    re-trace will see. The op in the graph is the same either way: only trace-time strides
+    change, and the exported attention is translated by torchlib as before."""
+    try:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+    except ImportError:  # a torch without the selector: nothing to pin
+        yield
+        return
+    with sdpa_kernel([SDPBackend.MATH]):
+        yield
+
+
 def export_dynamo(model: Any, inputs: ModelInputs | None, outputs: list[str] | None,
                   opset: int, optimize: bool = True) -> ir.Model:
     """``optimize=False`` skips onnxscript's optimizer (see ``precision.optimizer_safe``)."""
@@ -100,7 +120,7 @@ def export_dynamo(model: Any, inputs: ModelInputs | None, outputs: list[str] | N
         shapes = dynamic_shapes(inputs, model) if inputs.dynamic else None
         args, call_kwargs, shapes = _trailing_dict_by_name(model, args, call_kwargs, shapes)
         kwargs.update(kwargs=call_kwargs, input_names=inputs.names, dynamic_shapes=shapes)
-    with quiet(), cached_torchlib():
+    with quiet(), cached_torchlib(), math_attention():
         program = torch.onnx.export(model, args, **kwargs)
     # the decomposed program the graph was translated from (its FX names are the ONNX value
     # names): the divergence locator runs it instead of capturing the model again
