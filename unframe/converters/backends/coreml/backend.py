@@ -148,7 +148,12 @@ class CoreMLBackend(Backend):
             raise RunnerUnavailable(f"the MIL evaluator is unavailable: {exc}") from exc
         if artifact.path is None:
             raise RunnerUnavailable("the CoreML artifact was not written to disk")
-        return CoreMLRunner(MILRunner(artifact.path, vouched=True),  # written by convert() just now
+        from unframe.pipeline import Deferred
+
+        path = artifact.path
+        # loaded when parity first runs it (the program's load is parity's time, not the build's);
+        # the package was written by convert() just now, so it isn't probed in a child first
+        return CoreMLRunner(Deferred(lambda: MILRunner(path, vouched=True), "the CoreML package"),
                             json.loads(artifact.metadata["unframe.io"]))
 
     def tap(self, artifact: Artifact, target: Target) -> Any:
@@ -384,10 +389,18 @@ class CoreMLRunner(Runner):
 
         self.inner = inner
         self.io = io
-        self.name = inner.name
         states = io.get("states") or []
         # a stateful package is fed and read as the graph it came from (coreml.states)
         self.stateful = StatefulIO(states) if states else None
+
+    @property
+    def name(self) -> str:  # type: ignore[override]
+        return self.inner.name
+
+    def _states(self) -> dict[str, np.ndarray]:
+        """The MIL evaluator's states, kept from call to call (loading the program if deferred)."""
+        inner = self.inner.pin() if hasattr(self.inner, "pin") else self.inner
+        return inner.states  # type: ignore[attr-defined, no-any-return]
 
     def input_specs(self) -> list[TensorSpec]:
         specs = [TensorSpec(i["onnx"], tuple(i["shape"]), i["dtype"]) for i in self.io["inputs"]]
@@ -405,7 +418,7 @@ class CoreMLRunner(Runner):
             return {k: np.concatenate([r[k] for r in rows]) for k in rows[0]}
         cached = None
         if self.stateful is not None:
-            cached = self.stateful.before(feeds, self.inner.states)
+            cached = self.stateful.before(feeds, self._states())
         mil_feeds = {}
         for spec in self.io["inputs"]:
             value = np.asarray(feeds[spec["onnx"]])
@@ -424,7 +437,7 @@ class CoreMLRunner(Runner):
             result[o["onnx"]] = value.reshape(()) if o.get("rank") == 0 and value.size == 1 else value
         if self.stateful is not None and cached is not None:
             total = cached + int(np.asarray(feeds["input_ids"]).shape[1])
-            result.update(self.stateful.after(self.inner.states, total,
+            result.update(self.stateful.after(self._states(), total,
                                               {s["present"]: s["dtype"] for s in self.io["states"]}))
         return result
 
