@@ -554,7 +554,7 @@ class BackendStage(Stage):
             shapes = _sample_shapes(flow)
             if shapes:
                 tgt.options["sample_shapes"] = shapes
-        blockers = be.check(flow.model, tgt)
+        blockers = be.preflight(flow.model, tgt)
         if blockers:
             raise UnsupportedError(f"the {be.name} backend can't take this model: {len(blockers)} "
                                    "blocker(s)", "see the list; `unframe check` shows them without "

@@ -271,6 +271,12 @@ class Backend(_Component):
         table and a live parser disagree). No notes by default."""
         return self.check(model, target), []
 
+    def preflight(self, model: ir.Model, target: Target) -> list[Blocker]:
+        """The check a conversion runs right before ``convert``: ``check`` by default. A backend
+        whose ``check`` cuts corners for speed (CoreML's translation with stand-ins for large
+        weights) does the real work here instead, for ``convert`` to reuse."""
+        return self.check(model, target)
+
     @abstractmethod
     def convert(self, model: ir.Model, target: Target, workdir: Path) -> Artifact:
         """Build the artifact. Backends that must check the written file (CoreML) write it
