@@ -307,7 +307,26 @@ def _routes(native: Any, notes: list[str]) -> tuple[str, ...]:
         notes.append("TorchScript source: exported with the TorchScript exporter (the dynamo "
                      "exporter doesn't take ScriptModules)")
         return ("torchscript",)
+    detector = _data_dependent_family(native)
+    if detector:
+        notes.append(f"{detector}: the TorchScript exporter tried first (torch.export refuses its "
+                     "data-dependent post-processing, after tracing the whole network: 3 s at SSD300)")
+        return ("torchscript", "dynamo")
     return EXPORTERS
+
+
+# Model families whose forward torch.export can't take (shapes that depend on the data: a
+# detector's score threshold and NMS), by the module their classes come from. The TorchScript
+# exporter records the branch the samples take; dynamo stays the fallback.
+DATA_DEPENDENT_FAMILIES = {"torchvision.models.detection": "torchvision detector"}
+
+
+def _data_dependent_family(native: Any) -> str:
+    for cls in type(native).__mro__:
+        for module, family in DATA_DEPENDENT_FAMILIES.items():
+            if cls.__module__.startswith(module):
+                return f"{family} {type(native).__name__}"
+    return ""
 
 
 def _with_option_dynamic(spec: InputSpec, opts: ConvertOptions) -> InputSpec:
