@@ -82,6 +82,9 @@ class ExportResult:
     # Outputs that must match exactly (class labels).
     exact_outputs: list[str] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
+    # Seconds of to_onnx spent checking the graph's numbers against the source (validation a
+    # frontend does itself, e.g. to choose between routes): timed as the export's parity.
+    check_seconds: float = 0.0
 
 
 @dataclass

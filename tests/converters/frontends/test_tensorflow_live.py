@@ -126,3 +126,17 @@ def test_model_under_a_distribution_strategy() -> None:
     before = fingerprint(model)
     result = unframe.convert(model, to="onnx")
     assert result.report and fingerprint(model) == before
+
+
+def test_the_exports_own_number_check_is_timed_as_parity(tmp_path: Path) -> None:
+    """The TF frontend checks each route's numbers against TensorFlow (to pick a route): that
+    time is validation, reported under the export's parity, not as the export's work; with
+    validation off there is no such check."""
+    x, _ = data()
+    model = build()
+    checked = unframe.convert(model, to="onnx", sample_inputs=x[:4])
+    assert checked.export.check_seconds > 0
+    assert checked.timings["parity:export"] >= checked.export.check_seconds
+    unvalidated = unframe.convert(model, to="onnx", sample_inputs=x[:4], validate=False)
+    assert unvalidated.export.check_seconds == 0.0
+    assert "parity:export" not in unvalidated.timings
