@@ -191,3 +191,28 @@ def test_a_tensorrt_parser_refusal_is_a_blocker_not_agreement(tmp_path: Path,
         unframe.convert(path, to="tensorrt", output=tmp_path / "strings.engine")
     assert err.value.exit_code == 4
     assert "Unsupported ONNX data type" not in capfd.readouterr().err
+
+
+class GroupedQueryAttention(torch.nn.Module):
+    """The TorchScript exporter has no translation of grouped-query attention; dynamo has."""
+
+    def forward(self, q: Any, k: Any) -> Any:
+        return torch.nn.functional.scaled_dot_product_attention(q, k, k, enable_gqa=True)
+
+
+def test_a_family_tried_with_torchscript_first_falls_back_to_dynamo(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A family routed to the TorchScript exporter first (torchvision detectors) still converts
+    when only dynamo takes the model, and the note names the exporter that was retried."""
+    from unframe.converters.frontends import torch as torch_frontend
+
+    monkeypatch.setitem(torch_frontend.DATA_DEPENDENT_FAMILIES, __name__, "test family")
+    gen = torch.Generator().manual_seed(0)
+    q, k = torch.randn(1, 4, 5, 8, generator=gen), torch.randn(1, 2, 5, 8, generator=gen)
+    result = unframe.convert(GroupedQueryAttention(), to="onnx", sample_inputs=(q, k))
+    assert result.export.route == "dynamo"
+    assert any("test family GroupedQueryAttention: the TorchScript exporter tried first" in n
+               for n in result.notes), result.notes
+    retried = [n for n in result.notes if "retried with" in n]
+    assert retried and "retried with the dynamo exporter" in retried[0], result.notes
+    assert "records the branch" not in retried[0]
+    assert result.report, str(result.report)

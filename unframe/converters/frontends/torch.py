@@ -196,8 +196,10 @@ class TorchFrontend(Frontend):
                 failures.append(exp.explain(exc, f"{route} export of {what}"))
                 continue
             if failures:
-                notes.append(f"{failures[0]}; retried with the TorchScript exporter"
-                             + (" (it records the branch the samples take)" if data_dependent else ""))
+                retried = "TorchScript" if route == "torchscript" else "dynamo"
+                notes.append(f"{failures[0]}; retried with the {retried} exporter"
+                             + (" (it records the branch the samples take)"
+                                if data_dependent and route == "torchscript" else ""))
             if opset != wanted:
                 notes.append(f"the {route} exporter supports opsets {bounds[0]}-{bounds[1]}: "
                              f"exported at {opset}, the version converter takes it to {wanted}")
