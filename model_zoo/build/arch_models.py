@@ -542,13 +542,13 @@ def _spread_scores(model: Any, images: list[Any]) -> None:
             head.cls_logits.bias.sub_(float(seen[-1].mean()) / spread)
 
 
-# dynamo refuses the data-dependent post-processing: straight to the exporter that takes it
-DETECTION = {"exporter": "torchscript"}
-_register("tv_ssdlite", "torchvision-detection", "torch", "SSDLite320 MobileNetV3", **DETECTION)(
+# no exporter option: unframe takes torchvision detectors to the TorchScript exporter first
+# itself (dynamo refuses their data-dependent post-processing), as a user's plain call gets it
+_register("tv_ssdlite", "torchvision-detection", "torch", "SSDLite320 MobileNetV3")(
     lambda: _tv_detection("ssdlite320_mobilenet_v3_large", 320, detections_per_img=8, topk_candidates=16))
-_register("tv_ssd300", "torchvision-detection", "torch", "SSD300 VGG16", **DETECTION)(
+_register("tv_ssd300", "torchvision-detection", "torch", "SSD300 VGG16")(
     lambda: _tv_detection("ssd300_vgg16", 300, detections_per_img=8, topk_candidates=16))
-_register("tv_retinanet", "torchvision-detection", "torch", "RetinaNet ResNet50-FPN", **DETECTION)(
+_register("tv_retinanet", "torchvision-detection", "torch", "RetinaNet ResNet50-FPN")(
     lambda: _trained_detector("retinanet_resnet50_fpn", 128, detections_per_img=8, topk_candidates=16,
                               min_size=128, max_size=128))
 
