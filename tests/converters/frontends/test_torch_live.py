@@ -16,6 +16,7 @@ from torch import nn
 
 import unframe
 from unframe import pipeline as pl
+from unframe.converters.frontends._torch.preserve import Float32Settings
 from unframe.errors import ConversionError, UnsupportedError, UsageError
 
 
@@ -292,3 +293,81 @@ def test_large_weights_are_kept_on_disk_and_restored_from_there(
     assert len(spills) == 1 and spills[0].offset == sum(
         t.numel() * t.element_size() for t in guard._unique_tensors(list(model.modules())))
     assert spills[0].file.closed
+
+
+class RecordsPrecision(nn.Module):
+    """A small MLP that records, on every run, how torch may compute float32."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 4)
+        self.seen: list[tuple[Any, ...]] = []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.seen.append((*_precisions()[1:], *_legacy()))
+        return torch.tanh(self.fc(x)) * 3
+
+
+_NODES = [torch.backends, torch.backends.cuda.matmul, torch.backends.cudnn, torch.backends.cudnn.conv,
+          torch.backends.cudnn.rnn, torch.backends.mkldnn, torch.backends.mkldnn.matmul,
+          torch.backends.mkldnn.conv, torch.backends.mkldnn.rnn]  # the global setting first, leaves after
+
+
+def _precisions() -> tuple[str, ...]:
+    return tuple(node.fp32_precision for node in _NODES)
+
+
+def _legacy() -> tuple[Any, ...]:
+    """What a script using the legacy API reads (torch raises when the two APIs were mixed)."""
+    out: list[Any] = []
+    for read in (lambda: torch.backends.cuda.matmul.allow_tf32, lambda: torch.backends.cudnn.allow_tf32,
+                 torch.get_float32_matmul_precision):
+        try:
+            out.append(read())
+        except RuntimeError:
+            out.append("raises")
+    return tuple(out)
+
+
+def _set_shortcuts(how: str) -> None:
+    if how == "legacy API":
+        torch.set_float32_matmul_precision("high")  # cuBLAS and oneDNN matmuls in TF32
+        torch.backends.cudnn.allow_tf32 = True
+    elif how == "new API, global":
+        torch.backends.fp32_precision = "tf32"
+    else:
+        torch.backends.cuda.matmul.fp32_precision = "tf32"
+        torch.backends.mkldnn.matmul.fp32_precision = "bf16"
+
+
+@pytest.mark.parametrize("how", ["legacy API", "new API, global", "new API, per backend"])
+def test_unframe_runs_the_model_in_full_float32_and_leaves_the_users_tf32_setting(how: str) -> None:
+    """TF32 (cuDNN's default on Ampere and later, cuBLAS's after set_float32_matmul_precision
+    ("high")) or oneDNN's TF32/bf16 would put the reference 1e-3 off the graph. Every run of the
+    model by unframe sees full float32, torch's legacy flags readable (its exporters read them);
+    the script's settings read as before, in both of torch's APIs."""
+    saved_strings = _precisions()
+    saved = Float32Settings.capture()
+    try:
+        _set_shortcuts(how)
+        before, legacy = _precisions(), _legacy()
+        assert before[6] in ("tf32", "bf16")  # a shortcut for the CPU, the device here
+        model = RecordsPrecision()
+        result = unframe.convert(model, to="onnx", sample_inputs=torch.randn(2, 8))
+        assert result.report and len(model.seen) >= 2  # the eager run and parity's
+        for seen in set(model.seen):
+            leaves, flags = seen[:8], seen[8:]
+            assert {leaves[i] for i in (0, 2, 3, 5, 6, 7)} <= {"ieee", "none"}, seen
+            assert flags == (False, False, "highest"), seen
+        after = _precisions()
+        if how == "new API, global":  # torch won't take oneDNN's parent back (preserve.py says so)
+            after, before = after[:5] + after[6:], before[:5] + before[6:]
+        assert after == before and _legacy() == legacy
+        assert any("CPU was allowed TF32/bf16" in n for n in result.notes)
+        assert not any("TorchScript" in n for n in result.notes), result.notes  # dynamo read the flags
+    finally:
+        saved.restore()
+    n = 5 if how == "new API, global" else len(_NODES)  # oneDNN's parent again, and what inherits it
+    assert _precisions()[:n] == saved_strings[:n]
+    model = RecordsPrecision()
+    assert not any("TF32" in n for n in unframe.convert(model, to="onnx", sample_inputs=torch.randn(2, 8)).notes)

@@ -22,6 +22,7 @@ from unframe.converters.frontends._torch import export as exp
 from unframe.converters.frontends._torch import inputs as inp
 from unframe.converters.frontends._torch import kvcache
 from unframe.converters.frontends._torch import precision as prec
+from unframe.converters.frontends._torch.preserve import float32_shortcut_was_on
 from unframe.converters.frontends._torch.runner import (
     TorchRunner,
     callable_of,
@@ -125,7 +126,11 @@ class TorchFrontend(Frontend):
         if cast is not None:
             notes.append(cast.note)
             prec.cast_inputs(inputs, cast)
-        inp.to_device(inputs, device_of(callable_of(module)))  # a CUDA model is exported there
+        device = device_of(callable_of(module))
+        inp.to_device(inputs, device)  # a CUDA model is exported there
+        if device is not None and float32_shortcut_was_on(device.type):
+            notes.append(f"float32 math on {device.type.upper()} was allowed TF32/bf16 shortcuts: unframe ran "
+                         "the model in full float32, as the graph computes, and left the setting as it was")
         eager = run_model(callable_of(module), inputs.args, inputs.kwargs, what)
         outputs = inp.output_names(eager, given_outputs)
         if _is_exported_program(native) and (spec.dynamic or spec.static):

@@ -15,8 +15,9 @@ What is restored, for the object handed in and every submodule (wrappers include
   needs that memory itself;
 - the torch RNG (CPU and CUDA), numpy's and Python's, grad mode and the default dtype.
 
-Inside, the model is in eval mode and autocast is off: the export and the parity runs see the
-model's own precision.
+Inside, the model is in eval mode, autocast is off and float32 math is full float32 (TF32 and
+oneDNN's bf16 shortcuts off, ``full_float32``): the export and the parity runs see the model's
+own precision.
 """
 
 from __future__ import annotations
@@ -310,7 +311,7 @@ def preserved(obj: Any, what: str) -> Iterator[None]:
     root = obj if isinstance(obj, torch.nn.Module) else None
     state = TorchState.capture(root, what)
     try:
-        with _no_autocast():
+        with _no_autocast(), full_float32():
             if root is not None:
                 root.eval()
             yield
@@ -328,3 +329,109 @@ def _no_autocast() -> Iterator[None]:
         if torch.cuda.is_available():
             stack.enter_context(torch.autocast("cuda", enabled=False))
         yield
+
+
+# Where float32 math may take a shortcut: cuDNN convolutions and RNNs use TF32 by default on
+# Ampere and later GPUs, cuBLAS matmuls do after set_float32_matmul_precision("high"), and
+# oneDNN may use TF32 or bf16 on the CPU. TF32 keeps 10 mantissa bits: a CNN's outputs move about
+# 1e-3 relative, as far as a real conversion error, so a reference must not run that way.
+#
+# torch >= 2.9 keeps two views of these settings: the legacy flags (``allow_tf32``) and the
+# per-backend ``fp32_precision`` strings. Its legacy getters raise when the two disagree, and
+# torch's own exporters read them. So the block goes in through the legacy setters (which set
+# both views alike), then the leaves that still inherit a shortcut, and it comes out by putting
+# back every string, the legacy flags that could be read, and the strings again: measured to
+# give back both views as they were, whichever API the script used (test_torch_live.py).
+# One exception, measured: after ``torch.backends.fp32_precision = "tf32"`` (the global new API)
+# and an export, torch no longer takes "tf32" back for oneDNN's parent setting; its three leaves
+# (what oneDNN's kernels read) do come back.
+_PRECISION_NODES = ("", "cuda.matmul", "cudnn", "cudnn.conv", "cudnn.rnn",
+                    "mkldnn", "mkldnn.matmul", "mkldnn.conv", "mkldnn.rnn")  # parents first
+_LEAVES = {"cuda.matmul": "cuda", "cudnn.conv": "cuda", "cudnn.rnn": "cuda",
+           "mkldnn.matmul": "cpu", "mkldnn.conv": "cpu", "mkldnn.rnn": "cpu"}
+_SHORTCUTS_BEFORE: list[set[str]] = []  # per active full_float32: devices whose shortcut was on
+
+
+def _precision_nodes() -> dict[str, Any]:
+    import torch
+
+    found = {}
+    for path in _PRECISION_NODES:
+        node: Any = torch.backends
+        for part in filter(None, path.split(".")):
+            node = getattr(node, part, None)
+        if hasattr(node, "fp32_precision"):  # torch >= 2.9
+            found[path] = node
+    return found
+
+
+def _legacy_flags() -> list[tuple[Any, Any]]:
+    import torch
+
+    return [(getattr(torch._C, f"_get_{lib}_allow_tf32", None), getattr(torch._C, f"_set_{lib}_allow_tf32", None))
+            for lib in ("cublas", "cudnn")]
+
+
+def _read(getter: Any) -> bool | None:
+    try:
+        return bool(getter())
+    except RuntimeError:  # the two views disagree (the script mixed the APIs): not readable
+        return None
+
+
+@dataclass
+class Float32Settings:
+    """How torch may compute float32, in both of its views, to be put back as found."""
+
+    nodes: dict[str, Any]
+    strings: dict[str, str]
+    legacy: list[tuple[Any, bool | None]]  # (setter, value; None: unreadable, the APIs were mixed)
+
+    @classmethod
+    def capture(cls) -> Float32Settings:
+        nodes = _precision_nodes()
+        return cls(nodes, {path: node.fp32_precision for path, node in nodes.items()},
+                   [(setter, _read(getter)) for getter, setter in _legacy_flags() if getter and setter])
+
+    def shortcuts(self) -> set[str]:
+        """The devices ("cuda", "cpu") whose float32 math may take a shortcut."""
+        found = {_LEAVES[p] for p, v in self.strings.items() if p in _LEAVES and v not in ("ieee", "none")}
+        return found | ({"cuda"} if any(v for _, v in self.legacy) else set())
+
+    def full(self) -> None:
+        for setter, _ in self.legacy:
+            setter(False)
+        for node in self.nodes.values():  # parents first: a leaf may inherit the shortcut
+            if node.fp32_precision not in ("ieee", "none"):
+                node.fp32_precision = "ieee"
+
+    def restore(self) -> None:
+        self._put_back()
+        for setter, value in self.legacy:
+            if value is not None:
+                setter(value)
+        self._put_back()
+
+    def _put_back(self) -> None:
+        for path, node in self.nodes.items():
+            if node.fp32_precision != self.strings[path]:
+                node.fp32_precision = self.strings[path]
+
+
+@contextlib.contextmanager
+def full_float32() -> Iterator[None]:
+    """float32 math in full precision for the block; every setting found comes back after."""
+    found = Float32Settings.capture()
+    _SHORTCUTS_BEFORE.append(found.shortcuts())
+    try:
+        found.full()
+        yield
+    finally:
+        _SHORTCUTS_BEFORE.pop()
+        found.restore()
+
+
+def float32_shortcut_was_on(device_type: str) -> bool:
+    """Inside ``full_float32``: whether float32 math on ``device_type`` ("cuda", "cpu") was
+    allowed TF32 or bf16 before it."""
+    return bool(_SHORTCUTS_BEFORE) and device_type in _SHORTCUTS_BEFORE[-1]

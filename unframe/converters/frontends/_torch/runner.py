@@ -35,8 +35,10 @@ def device_of(fn: Any) -> Any:
 def run_model(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], what: str) -> Any:
     import torch
 
-    try:
-        with torch.no_grad():
+    from unframe.converters.frontends._torch.preserve import full_float32
+
+    try:  # full float32 again here: torch.export's own save and restore of the flags can undo it
+        with torch.no_grad(), full_float32():
             return fn(*args, **kwargs)
     except Exception as exc:
         from unframe.converters.frontends._torch.sources import first_line
