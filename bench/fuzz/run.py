@@ -191,7 +191,11 @@ def run_plain(args: argparse.Namespace) -> dict[str, Any]:
     from harnesses import HARNESSES, one_input
     from mutators import mutators_for
 
-    faulthandler.enable()  # a segfault or abort of this process prints where, in the log
+    # A segfault, an abort or a hang of this process prints where, in the log. Through a copy of
+    # stderr made now: unframe sends fd 2 to /dev/null while TensorFlow loads, and a hang there
+    # once ended a campaign without a word.
+    report = os.fdopen(os.dup(2), "w")
+    faulthandler.enable(file=report)
     harness = HARNESSES[args.harness]
     mutate = mutators_for(harness.mutator)
     seeds = [p.read_bytes() for d in _seed_dirs(args.harness) for p in sorted(d.iterdir())
@@ -205,12 +209,14 @@ def run_plain(args: argparse.Namespace) -> dict[str, Any]:
     current = OUT / "artifacts" / args.harness / "current-input"
     current.parent.mkdir(parents=True, exist_ok=True)
     warm_up(harness, args.harness)
+    print(f"a crash or a hang over {args.timeout} s ends the campaign; its input is then {current}",
+          file=sys.stderr, flush=True)
     started, runs, untyped = time.time(), 0, 0
     while (not args.runs or runs < args.runs) and (not args.seconds or time.time() - started < args.seconds):
         base = rng.choice(pool) if pool and rng.random() < 0.5 else rng.choice(seeds)
         data = mutate(base, harness.max_len, rng.randrange(1 << 30))
         current.write_bytes(data)  # after a hang or crash, this is the input that did it
-        faulthandler.dump_traceback_later(args.timeout, exit=True)
+        faulthandler.dump_traceback_later(args.timeout, exit=True, file=report)
         try:
             one_input(harness, data)
         except Exception as exc:  # noqa: BLE001

@@ -13,6 +13,7 @@ libraries with a history of crashing on malformed files (fuzzing found TFLite's
 
 from __future__ import annotations
 
+import contextlib
 import io
 import zipfile
 from pathlib import Path
@@ -77,9 +78,18 @@ def import_tensorflow() -> None:
     import tensorflow  # noqa: F401
 
 
+# Attributes Keras (and lambda_layers) read by name. A lookup by name walks HDF5's attribute
+# index, not its listing: fuzzing found a file whose listing fails cleanly while every lookup by
+# name loops forever, in this process, after a probe that had only listed.
+KERAS_H5_ATTRS = ("model_config", "training_config", "keras_version", "backend", "layer_names",
+                  "layer_names0", "weight_names", "weight_names0")
+KERAS_H5_GROUPS = ("model_weights", "optimizer_weights", "layers", "vars")
+
+
 def h5_probe(path: Path, member: str | None, budget: int) -> None:
-    """Open the HDF5 file (or the archive member), visit every object, read every attribute and
-    every dataset whose size fits the budget (a bigger one is refused, as it would be here)."""
+    """Open the HDF5 file (or the archive member), look up what Keras looks up by name, visit
+    every object, read every attribute and every dataset whose size fits the budget (a bigger one
+    is refused, as it would be here)."""
     import h5py
 
     with limits.memory_budget(budget):
@@ -94,9 +104,27 @@ def h5_probe(path: Path, member: str | None, budget: int) -> None:
                                  "the file may be truncated; re-save it") from None
         try:
             with h5py.File(source, "r") as f:
+                _by_name(f)
                 _visit(path, f)
         except (OSError, ValueError, KeyError, TypeError, RuntimeError):
             return  # HDF5 refused it cleanly: Keras will say so, in its own words
+
+
+def _by_name(node: Any) -> None:
+    """Keras' lookups by name on a group, each on its own: one failing cleanly doesn't stop the
+    others (a lookup that never returns is what the child's time limit is for)."""
+    import h5py
+
+    for name in KERAS_H5_ATTRS:
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError, RuntimeError):
+            node.attrs.get(name)
+    for name in KERAS_H5_GROUPS:
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError, RuntimeError):
+            child = node.get(name)
+            if isinstance(child, h5py.Group):
+                for attr in KERAS_H5_ATTRS:
+                    with contextlib.suppress(OSError, ValueError, KeyError, TypeError, RuntimeError):
+                        child.attrs.get(attr)
 
 
 def _visit(path: Path, root: Any) -> None:
@@ -107,6 +135,8 @@ def _visit(path: Path, root: Any) -> None:
         node = stack.pop()
         for key in node.attrs:
             node.attrs[key]  # noqa: B018 - reading it is the probe
+        if isinstance(node, h5py.Group):
+            _by_name(node)
         if isinstance(node, h5py.Dataset):
             limits.check_array(node.shape or (), node.dtype if node.dtype.kind != "O" else "O",
                                f"{path.name}: HDF5 dataset {node.name}")
