@@ -88,6 +88,37 @@ def test_torch_recurrent_bidirectional(tmp_path: Path, kind: str) -> None:
 
 
 @pytest.mark.usefixtures("coreml")
+def test_a_recurrent_model_with_a_free_sequence_length_is_refused_with_the_way_out(tmp_path: Path) -> None:
+    """unframe exports the sequence dim as dynamic; CoreML's translation unrolls the recurrence,
+    so it needs a fixed length: exit 4 naming --static, and with it the model converts."""
+    torch = pytest.importorskip("torch", reason="needs torch")
+    import unframe
+    from unframe.errors import UnsupportedError
+
+    torch.manual_seed(0)
+
+    class Tagger(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lstm = torch.nn.LSTM(6, 12, num_layers=2, batch_first=True)
+            self.head = torch.nn.Linear(12, 3)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.head(self.lstm(x)[0]) * 4
+
+    model, x = Tagger().eval(), torch.randn(2, 7, 6)
+    with pytest.raises(UnsupportedError) as caught:
+        unframe.convert(model, to="coreml", sample_inputs=x, output=tmp_path / "free.mlpackage")
+    assert [b.op for b in caught.value.blockers] == ["LSTM"]
+    assert "sequence length must be static" in caught.value.blockers[0].reason
+    assert "--static (static=True)" in caught.value.blockers[0].reason
+    assert not (tmp_path / "free.mlpackage").exists()
+    result = unframe.convert(model, to="coreml", sample_inputs=x, static=True, output=tmp_path / "fixed.mlpackage")
+    backend = result.report.stages[-1]
+    assert backend.status == "passed" and 0.3 < backend.outputs[0].scale < 30
+
+
+@pytest.mark.usefixtures("coreml")
 def test_torch_transformer_encoder(tmp_path: Path) -> None:
     torch = pytest.importorskip("torch", reason="needs torch")
     torch.manual_seed(0)

@@ -37,7 +37,8 @@ def _rnn_check(node: ir.Node) -> list[str]:
     layout = node.attributes.get("layout")
     t_axis = 1 if layout is not None and int(layout.value) == 1 else 0
     if x is not None and x.shape is not None and len(x.shape) == 3 and not isinstance(x.shape[t_axis], int):
-        out.append("the sequence length must be static (CoreML translation unrolls the recurrence)")
+        out.append("the sequence length must be static (CoreML translation unrolls the recurrence): "
+                   "convert with --static (static=True) to fix it at the samples' length")
     return out
 
 
