@@ -36,8 +36,8 @@ from unframe.errors import UnframeError
 LIMITS = {"max_memory": 64 << 20, "parity_timeout": 5.0, "locate": 2.0}
 # HDF5 loops forever on about one mutated Keras file in twenty; the child reading it is stopped
 # after probes.BASE_SECONDS (5 s) plus the read time. At 5 s those stops took 90 % of a keras
-# campaign; the harness gives the reader 1 s (a seed reads in about 10 ms), stopped the same way.
-KERAS_READER_SECONDS = 1.0
+# campaign; the harness gives the reader 0.5 s (a seed reads in about 10 ms), stopped the same way.
+KERAS_READER_SECONDS = 0.5
 
 
 class InputModified(AssertionError):
