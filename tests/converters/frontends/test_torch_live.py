@@ -371,3 +371,57 @@ def test_unframe_runs_the_model_in_full_float32_and_leaves_the_users_tf32_settin
     assert _precisions()[:n] == saved_strings[:n]
     model = RecordsPrecision()
     assert not any("TF32" in n for n in unframe.convert(model, to="onnx", sample_inputs=torch.randn(2, 8)).notes)
+
+
+_REAL_RUNS: list[str] = []  # outside the module: a copy of it (the exporters make some) counts here too
+
+
+class CountsRuns(nn.Module):
+    """Counts its runs on real tensors (the exporters' traces see fake or functional ones); with
+    ``writes_input`` its forward doubles its input in place first."""
+
+    def __init__(self, writes_input: bool = False) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 4)
+        self.writes_input = writes_input
+        _REAL_RUNS.clear()
+
+    @property
+    def runs(self) -> int:
+        return len(_REAL_RUNS)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if type(x) is torch.Tensor:
+            _REAL_RUNS.append("run")
+        if self.writes_input:
+            x.mul_(2)
+        return torch.tanh(self.fc(x)) * 3
+
+
+def test_the_eager_run_on_the_samples_is_parity_s_reference_not_run_again() -> None:
+    model, x = CountsRuns(), torch.randn(2, 8)
+    result = unframe.convert(model, to="onnx", sample_inputs=x, static=True)  # one feed: the samples
+    assert result.report.stages[0].status == "passed" and result.report.stages[0].cases == 1
+    assert model.runs == 1  # the frontend's eager run, whose outputs parity compared against
+    assert result.timings["parity:export"] > 0
+    unframe.convert(model, to="onnx", sample_inputs=x, static=True, validate=False)
+    assert model.runs == 2  # no parity: the eager run alone (it names the outputs)
+
+
+def test_a_forward_that_writes_its_input_is_checked_on_the_samples_and_leaves_them_alone(tmp_path: Path) -> None:
+    """``x.mul_(2)`` in forward (``x /= 255`` in a preprocessing model): the graph computes the
+    same; unframe runs the model on its own copy of the samples, and parity's feeds are the
+    samples as they were before any run (it once compared against doubled ones and failed)."""
+    import onnxruntime as ort
+
+    model, x = CountsRuns(writes_input=True), torch.randn(2, 8)
+    before = x.clone()
+    result = unframe.convert(model, to="onnx", sample_inputs=x, static=True)
+    assert result.report.stages[0].status == "passed", result.report
+    assert torch.equal(x, before)  # the caller's samples
+    [path] = result.save(tmp_path / "m.onnx")
+    session = ort.InferenceSession(str(path))
+    got = session.run(None, {session.get_inputs()[0].name: before.numpy()})[0]
+    with torch.no_grad():
+        expected = (torch.tanh(model.fc(before * 2)) * 3).numpy()
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)

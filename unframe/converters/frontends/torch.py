@@ -9,6 +9,7 @@ when the exported batch axis is dynamic.
 
 from __future__ import annotations
 
+import time
 import weakref
 from dataclasses import replace
 from pathlib import Path
@@ -27,6 +28,7 @@ from unframe.converters.frontends._torch.runner import (
     TorchRunner,
     callable_of,
     device_of,
+    flat_outputs,
     run_model,
 )
 from unframe.converters.frontends._torch.sources import is_factory_ref, load_factory, load_path
@@ -128,10 +130,15 @@ class TorchFrontend(Frontend):
             prec.cast_inputs(inputs, cast)
         device = device_of(callable_of(module))
         inp.to_device(inputs, device)  # a CUDA model is exported there
+        inp.own_copies(inputs)  # a forward that writes its input writes unframe's copy, not the caller's
         if device is not None and float32_shortcut_was_on(device.type):
             notes.append(f"float32 math on {device.type.upper()} was allowed TF32/bf16 shortcuts: unframe ran "
                          "the model in full float32, as the graph computes, and left the setting as it was")
+        # the samples as parity will feed them, copied before any run (a forward may write its input)
+        fed = {n: a.copy() for n, a in inp.feeds(inputs, False)[0].items()}
+        started = time.perf_counter()
         eager = run_model(callable_of(module), inputs.args, inputs.kwargs, what)
+        eager_seconds = time.perf_counter() - started
         outputs = inp.output_names(eager, given_outputs)
         if _is_exported_program(native) and (spec.dynamic or spec.static):
             notes.append("an ExportedProgram's shapes were fixed by torch.export; "
@@ -149,13 +156,18 @@ class TorchFrontend(Frontend):
             # copy (``io.snapshot_weights``): never a private copy on the way (4.7 GB at Llama-1B).
             notes.append(f"weights past {io.EXTERNAL_DATA_THRESHOLD / 2**30:g} GiB: kept in external data")
         extra: dict[str, Any] = {"inputs": inputs, "output_names": outputs, "module": module}
+        feeds = inp.feeds(inputs, dynamic_batch, first=fed)
+        if opts.validate:  # the eager run is parity's reference on the samples: not run twice
+            extra["eager"] = (fed, [inp.numpy_of(t).copy() for t in flat_outputs(eager)])
+        del eager
         if workdir is not None and io.has_external_tensors(model):
             extra["workdir"] = workdir  # the lazy tensors live there; keep it while the result does
         elif workdir is not None:
             workdir.cleanup()
         return ExportResult(model=model, tool=f"torch.onnx ({route})", route=route,
                             opset=main_opset(model), tool_versions=self.versions(),
-                            notes=notes, feeds=inp.feeds(inputs, dynamic_batch), extra=extra)
+                            notes=notes, feeds=feeds, extra=extra,
+                            check_seconds=eager_seconds if "eager" in extra else 0.0)
 
     def _samples(self, native: Any, spec: InputSpec) -> Any:
         return spec.samples if spec.samples is not None else (
@@ -253,8 +265,11 @@ class TorchFrontend(Frontend):
         outputs[:] = [v.name for v in model.graph.outputs]
 
     def runner(self, native: Any, export: ExportResult) -> Runner:
-        return TorchRunner(export.extra.get("module", native), export.extra["inputs"],
-                           export.extra["output_names"], self.describe(native))
+        runner = TorchRunner(export.extra.get("module", native), export.extra["inputs"],
+                             export.extra["output_names"], self.describe(native))
+        if "eager" in export.extra:
+            runner.remember(*export.extra.pop("eager"))
+        return runner
 
     def precise_runner(self, native: Any, export: ExportResult) -> Runner | None:
         from unframe.converters.frontends._torch.runner import float64_runner

@@ -81,6 +81,12 @@ def tensor_of(a: np.ndarray, device: Any = None) -> Any:
     return t if device is None or t.device == device else t.to(device)
 
 
+def own_copies(inputs: ModelInputs) -> None:
+    """Tensor inputs replaced by copies: what the model does to them stays inside unframe."""
+    leaves = dict(zip(inputs.names, inputs.tensor_leaves(), strict=True))
+    inputs.args, inputs.kwargs = inputs.rebuild({n: t.detach().clone() for n, t in leaves.items()})
+
+
 def to_device(inputs: ModelInputs, device: Any) -> None:
     """Tensor inputs onto the model's device (samples given as numpy arrays are on the CPU)."""
     if device is None:
@@ -370,10 +376,13 @@ def export_example(inputs: ModelInputs) -> tuple[tuple[Any, ...], dict[str, Any]
 
 
 # ------------------------------------------------------------------------------------ feeds --
-def feeds(inputs: ModelInputs, batch_is_dynamic: bool, seed: int = 0) -> list[dict[str, np.ndarray]]:
-    """The samples as numpy feeds, plus the same rows at another batch size when the exported
-    batch axis is dynamic (rows are re-drawn from the samples so integer inputs stay valid)."""
-    first = {n: numpy_of(t) for n, t in zip(inputs.names, inputs.tensor_leaves(), strict=True)}
+def feeds(inputs: ModelInputs, batch_is_dynamic: bool, seed: int = 0,
+          first: dict[str, np.ndarray] | None = None) -> list[dict[str, np.ndarray]]:
+    """The samples as numpy feeds (``first``: as taken before the model ran), plus the same rows
+    at another batch size when the exported batch axis is dynamic (rows are re-drawn from the
+    samples so integer inputs stay valid)."""
+    if first is None:
+        first = {n: numpy_of(t) for n, t in zip(inputs.names, inputs.tensor_leaves(), strict=True)}
     if not batch_is_dynamic or inputs.batch is None:
         return [first]
     size = inputs.batch + 1 if inputs.batch > 1 else 3

@@ -65,6 +65,12 @@ class TorchRunner(Runner):
         self._outputs = outputs
         self._what = what
         self.widen = False  # float feeds go in as float64 (a float64 copy of the model)
+        self._known: tuple[dict[str, np.ndarray], list[np.ndarray]] | None = None
+
+    def remember(self, feeds: Mapping[str, np.ndarray], outputs: list[np.ndarray]) -> None:
+        """The outputs of a run the frontend already made on ``feeds`` (its eager run on the
+        samples): the first ``run`` on those very feeds returns them instead of running again."""
+        self._known = (dict(feeds), outputs)
 
     def input_specs(self) -> list[TensorSpec]:
         return [TensorSpec(n, tuple(int(d) for d in t.shape), str(t.dtype).removeprefix("torch."))
@@ -74,14 +80,22 @@ class TorchRunner(Runner):
         return list(self._outputs)
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-
+        known, self._known = self._known, None
+        if known is not None and not self.widen and _same_feeds(known[0], feeds, self._inputs.names):
+            return dict(zip(self._outputs, known[1], strict=True))
         if self.widen:
             feeds = {n: a.astype(np.float64) if a.dtype.kind == "f" else a
                      for n, a in ((n, np.asarray(feeds[n])) for n in self._inputs.names)}
-        tensors = {n: tensor_of(feeds[n], self._device) for n in self._inputs.names}
+        # copies: a forward that writes its input must not change the caller's feeds
+        tensors = {n: tensor_of(np.array(feeds[n]), self._device) for n in self._inputs.names}
         args, kwargs = self._inputs.rebuild(tensors)
         outs = flat_outputs(run_model(self._fn, args, kwargs, self._what))
         return {n: numpy_of(t) for n, t in zip(self._outputs, outs, strict=True)}
+
+
+def _same_feeds(a: Mapping[str, np.ndarray], b: Mapping[str, np.ndarray], names: list[str]) -> bool:
+    return all(n in a and n in b and a[n].dtype == np.asarray(b[n]).dtype and a[n].shape == np.shape(b[n])
+               and np.array_equal(a[n], b[n]) for n in names)
 
 
 FLOAT64_MAX_WEIGHT_BYTES = 512 << 20  # a float64 copy holds the float32 weights twice over
