@@ -168,3 +168,22 @@ def test_nchw_inputs_needs_an_image_input(fe) -> None:
 def test_not_a_tf_object(fe) -> None:
     with pytest.raises(UsageError):
         fe.load(object(), ConvertOptions())
+
+
+# Two legacy .h5 files a fuzz campaign made (tests/fuzz/corpus/keras, the harness's tag byte
+# first): one whose every lookup by name loops forever inside HDF5, one whose damaged string
+# heap makes a read allocate 4 GB for 11 s before failing. Both used to pass the probe (it
+# stopped quietly at the first clean error) and then ran in this process, inside Keras.
+DAMAGED_H5 = ["ab158ebe9eeb7c0645e8674cf40c3c092c018a41", "b515d0603f081b6465e8c690daee35b5bfdd0736"]
+
+
+@pytest.mark.parametrize("finding", DAMAGED_H5)
+def test_a_damaged_hdf5_file_is_refused_by_the_probe_in_its_child(finding: str, tmp_path: Path) -> None:
+    from unframe.converters.frontends._tf import probes
+
+    corpus = Path(__file__).resolve().parents[2] / "fuzz" / "corpus" / "keras"
+    path = tmp_path / "model.h5"
+    path.write_bytes((corpus / finding).read_bytes()[1:])
+    with pytest.raises(InputError, match="HDF5") as err:
+        probes.check_keras_file(path)
+    assert path.name in str(err.value)
