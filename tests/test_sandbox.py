@@ -47,6 +47,12 @@ def test_an_unexpected_exception_carries_the_child_traceback(box: sandbox.Sandbo
     with pytest.raises(sandbox.SandboxedFailure, match="KeyError: 'missing'") as info:
         box.call(targets.bug)
     assert "sandbox_targets.py" in info.value.child_traceback
+    # the message is one line naming the cause; the traceback is for --debug, through any chain
+    assert "\n" not in str(info.value) and "Traceback" not in str(info.value)
+    try:
+        raise RuntimeError("the stage failed") from info.value
+    except RuntimeError as outer:
+        assert sandbox.child_tracebacks(outer) == [info.value.child_traceback]
     with pytest.raises(sandbox.SandboxedFailure, match="PicklingError|AttributeError"):
         box.call(targets.unpicklable)
     assert box.call(targets.double, 1) == 2  # the child survived both

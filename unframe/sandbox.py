@@ -61,7 +61,23 @@ class SandboxedFailure(RuntimeError):
         self.child_traceback = child_traceback
 
     def __str__(self) -> str:
-        return f"{self.args[0]} (in a sandboxed child; its traceback:\n{self.child_traceback})"
+        # one line naming the cause; the child's traceback is for --debug (``child_tracebacks``)
+        first = " ".join(str(self.args[0]).split("\n", 1)[0].split())[:300]
+        return f"{first} (in a sandboxed child process)"
+
+
+def child_tracebacks(exc: BaseException | None) -> list[str]:
+    """The tracebacks of the sandboxed children behind ``exc`` (its causes and contexts, in the
+    order raised): what ``--debug`` adds to the parent's own traceback."""
+    found: list[str] = []
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        text = getattr(exc, "child_traceback", "")
+        if text:
+            found.append(text)
+        exc = exc.__cause__ or exc.__context__
+    return found[::-1]
 
 
 class Sandbox:

@@ -101,3 +101,17 @@ def test_the_reference_evaluator_on_an_outside_graph_runs_apart_within_the_memor
         small = onnx_runner(_relu())  # the next graph still runs (onnxruntime takes this one)
         np.testing.assert_array_equal(small.run({"x": np.array([-1, 2, -3], np.float32)})["y"], [0, 2, 0])
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 512 * 1024  # KiB: not here
+
+
+def test_a_runner_kept_past_the_untrusted_block_still_runs():
+    """The zoo compares a converted graph with the framework's saved outputs after the conversion
+    returned: the child had dropped its sessions by then (KeyError on the session's key, every
+    model of a built zoo failed). A runner held past the block reopens its graph."""
+    x = np.array([-1.0, 0.5, 2.0], np.float32)
+    with untrusted_graphs():
+        runner = OnnxRuntimeRunner(_relu())
+        assert runner.remote is not None
+        first = runner.run({"x": x})["y"]
+    again = runner.run({"x": x})["y"]
+    np.testing.assert_array_equal(again, np.maximum(x, 0))
+    np.testing.assert_array_equal(first, again)

@@ -151,3 +151,26 @@ def test_from_another_format_goes_through_the_frontend(tmp_path: Path) -> None:
     sess = ort.InferenceSession(str(out / "lin" / "model.onnx"), providers=["CPUExecutionProvider"])
     probs = [v for v in sess.run(None, {sess.get_inputs()[0].name: x[:5]}) if v.ndim == 2][0]
     np.testing.assert_allclose(probs, model.predict_proba(x[:5]), rtol=1e-4, atol=1e-5)
+
+
+def test_debug_shows_each_failed_models_traceback_and_plain_runs_keep_it_out(small_zoo: Path,
+                                                                             tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    def upgrade(out: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "unframe.cli.main", "zoo", "upgrade", str(small_zoo),
+                               "--opset", str(TARGET), "-o", str(out), "--no-progress", *extra],
+                              capture_output=True, text=True, timeout=300)
+
+    plain = upgrade(tmp_path / "plain")
+    assert plain.returncode == 9  # the corrupt model fails
+    assert "Traceback" not in plain.stderr
+    assert all("traceback" not in r for r in json.loads((tmp_path / "plain" / "report.json").read_text())["rows"])
+    shown = upgrade(tmp_path / "debug", "--debug")
+    assert shown.returncode == 9
+    failed = [r["id"] for r in json.loads((tmp_path / "debug" / "report.json").read_text())["rows"]
+              if r["status"] == "failed"]
+    assert failed
+    for model_id in failed:
+        assert f"{model_id}:\nTraceback" in shown.stderr, shown.stderr[-3000:]

@@ -121,9 +121,7 @@ def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
             return fn(*args, **kwargs)
         except UnframeError as exc:
             if debug:
-                import traceback
-
-                traceback.print_exc()
+                _print_traceback(exc)
             if as_json:
                 click.echo(json.dumps(exc.to_dict(), indent=2, default=str))
             click.echo(f"error: {exc if debug else error_line(exc)}", err=True)
@@ -149,9 +147,7 @@ def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
             raise
         except Exception as exc:  # a bug or an unexpected tool failure: still one line
             if debug:
-                import traceback
-
-                traceback.print_exc()
+                _print_traceback(exc)
             text = " ".join(str(exc).split())
             if as_json:
                 _echo_json_error("internal", 1, f"unexpected {type(exc).__name__}: {text}",
@@ -162,6 +158,17 @@ def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
             sys.exit(1)
 
     return wrapper
+
+
+def _print_traceback(exc: BaseException) -> None:
+    """The traceback, then those of the sandboxed child processes behind it."""
+    import traceback
+
+    from unframe.sandbox import child_tracebacks
+
+    traceback.print_exception(exc)
+    for text in child_tracebacks(exc):
+        click.echo(f"in the sandboxed child process:\n{text}", err=True)
 
 
 debug_option = click.option("--debug", is_flag=True, help="Show tracebacks.")

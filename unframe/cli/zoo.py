@@ -93,7 +93,7 @@ def upgrade(src: Path, opset: int, out_dir: Path, workers: int, executor: str, s
     opts = UpgradeOptions(opset=opset, out_dir=out_dir, workers=workers, executor=executor,
                           scheduler=scheduler, resume=resume, report=report,
                           timeout=timeout if timeout > 0 else None, source_format=from_, target=to,
-                          force=force, progress=not (no_progress or as_json))
+                          force=force, progress=not (no_progress or as_json), debug=debug)
     result = upgrade_zoo(src, opts)
     if as_json:
         import json
@@ -103,6 +103,10 @@ def upgrade(src: Path, opset: int, out_dir: Path, workers: int, executor: str, s
         sys.exit(0 if result.ok else ConversionErrorCode)
     console = Console(highlight=False, width=max(Console().width, 160))
     print_table(result.report, console)
+    if debug:
+        for row in result.report["rows"]:
+            if row.get("traceback"):
+                click.echo(f"\n{row['id']}:\n{row['traceback']}", err=True)
     for path in result.written:
         console.print(f"wrote {path}")
     if not result.ok:

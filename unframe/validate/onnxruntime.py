@@ -289,28 +289,39 @@ class RemoteSession:
             self.src = None  # not held twice: a child restarted since can't reopen it (said so)
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> list[Any]:
-        from unframe import limits
-
         box = self._box()
         if not box.alive() or box.starts != self.generation:
-            if self.src is None:
-                raise InputError("onnxruntime's child process was restarted (a crash or a time limit "
-                                 "before) and the graph is too large to send it again",
-                                 "convert again; --no-validate converts without running the graph")
-            self._open()
-        seconds = limits.remaining()
-        try:
-            what = "onnxruntime" if self.config is not None else "onnx's reference evaluator"
-            reply = box.call(_child_run, self.key, dict(feeds), seconds, what=f"{what} running the graph",
-                             timeout=None if seconds is None else max(seconds, 0.0) + 5.0,
-                             hint="the graph or its inputs hold something onnxruntime can't take")
-        except UnframeError:
-            limits.raise_if_expired()  # the time limit stopped the child: say that
-            raise
+            self._reopen("was restarted (a crash or a time limit before)")
+        reply = self._call_run(box, feeds)
+        if reply is _FORGOTTEN:  # the child dropped its sessions (the outermost untrusted block
+            self._reopen("dropped it")  # ended) while this runner was still held
+            reply = self._call_run(self._box(), feeds)
         if isinstance(reply, str):
+            from unframe import limits
+
             limits.raise_if_expired()
             raise RuntimeError(reply)
         return reply
+
+    def _call_run(self, box: sandbox.Sandbox, feeds: Mapping[str, np.ndarray]) -> Any:
+        from unframe import limits
+
+        seconds = limits.remaining()
+        what = "onnxruntime" if self.config is not None else "onnx's reference evaluator"
+        try:
+            return box.call(_child_run, self.key, dict(feeds), seconds, what=f"{what} running the graph",
+                            timeout=None if seconds is None else max(seconds, 0.0) + 5.0,
+                            hint="the graph or its inputs hold something onnxruntime can't take")
+        except UnframeError:
+            limits.raise_if_expired()  # the time limit stopped the child: say that
+            raise
+
+    def _reopen(self, why: str) -> None:
+        if self.src is None:
+            raise InputError(f"onnxruntime's child process {why} and the graph is too large to "
+                             "send it again", "convert again; --no-validate converts without running "
+                             "the graph")
+        self._open()
 
 
 def _child_import() -> None:
@@ -324,6 +335,7 @@ def _child_import_reference() -> None:
 
 
 _SESSIONS: dict[str, Any] = {}  # (in the child) open sessions by key
+_FORGOTTEN = None  # (the child's reply) no session under that key: dropped by _child_forget
 
 
 def _child_open(key: str, path: str | None, data: bytes | None, config: SessionConfig | None
@@ -354,7 +366,9 @@ def _child_run(key: str, feeds: dict[str, np.ndarray], seconds: float | None) ->
     """(In the child.) Run a session under ``seconds`` (onnxruntime's terminate flag)."""
     from unframe import limits
 
-    session = _SESSIONS[key]
+    session = _SESSIONS.get(key)
+    if session is None:
+        return _FORGOTTEN
     try:
         with limits.time_limit(seconds, "onnxruntime"):
             if not hasattr(session, "get_inputs"):  # onnx's reference evaluator

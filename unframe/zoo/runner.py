@@ -38,6 +38,7 @@ class UpgradeOptions:
     force: bool = False
     seed: int = 0
     progress: bool = True
+    debug: bool = False  # keep each failure's traceback (the worker's and its sandboxed children's)
 
 
 @dataclass
@@ -91,7 +92,7 @@ def _run(source: ZooSource, jobs: dict[str, Job], out_dir: Path, opts: UpgradeOp
                 journal.start(job.id)
 
             def on_done(job: Job, result: dict[str, Any]) -> None:
-                row = _row(entries[job.id], job, out_dir, result)
+                row = _row(entries[job.id], job, out_dir, result, keep_traceback=opts.debug)
                 journal.done(job.id, row)
                 results[job.id] = row
                 progress.advance(row["status"])
@@ -193,11 +194,13 @@ def _job(entry: ZooEntry, out_dir: Path, out_suffix: str | None, fmt: str, targe
                source_format=fmt, target=target, seed=opts.seed)
 
 
-def _row(entry: ZooEntry, job: Job, out_dir: Path, result: dict[str, Any]) -> dict[str, Any]:
+def _row(entry: ZooEntry, job: Job, out_dir: Path, result: dict[str, Any], *,
+         keep_traceback: bool = False) -> dict[str, Any]:
     row = dict(result)
     row.update(id=entry.id, name=entry.name, framework=entry.framework,
                output=Path(job.output).relative_to(out_dir).as_posix() if result["status"] == OK else None)
-    row.pop("traceback", None)
+    if not keep_traceback:
+        row.pop("traceback", None)
     return row
 
 

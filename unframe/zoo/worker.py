@@ -15,6 +15,7 @@ last stdout line (used where a pool can't fork, e.g. inside Dask workers).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import time
@@ -65,12 +66,20 @@ def run_job(job: Job) -> dict[str, Any]:
     except UnsupportedError as exc:
         result.update(status=REFUSED, reason=str(exc), blockers=[b.to_dict() for b in exc.blockers])
     except UnframeError as exc:
-        result.update(status=FAILED, reason=str(exc))
+        result.update(status=FAILED, reason=str(exc), traceback=_traceback(exc))
     except Exception as exc:  # a tool's own error: record it, the batch goes on
-        result.update(status=FAILED, reason=f"{type(exc).__name__}: {_first_line(exc)}")
-        result["traceback"] = traceback.format_exc(limit=8)
+        result.update(status=FAILED, reason=f"{type(exc).__name__}: {_first_line(exc)}",
+                      traceback=_traceback(exc))
     result["seconds"] = round(time.perf_counter() - started, 4)
     return result
+
+
+def _traceback(exc: BaseException) -> str:
+    """The worker's traceback and those of the sandboxed children behind it (``--debug``)."""
+    from unframe.sandbox import child_tracebacks
+
+    own = "".join(traceback.format_exception(exc, limit=12))
+    return "\n".join([own, *(f"in the sandboxed child:\n{t}" for t in child_tracebacks(exc))])
 
 
 def _first_line(exc: BaseException) -> str:
@@ -82,9 +91,8 @@ def _convert(job: Job, result: dict[str, Any]) -> None:
     """One model through the same pipeline as ``unframe convert``: load, export, opset, backend,
     each stage checked against the one before, one provenance format. Workers run side by side,
     so onnxruntime gets one thread each."""
-    import unframe.api as api
-    from unframe.errors import ParityError
     from unframe.validate import onnxruntime as ort_runners
+    from unframe.validate.onnxruntime import untrusted_graphs
 
     ort_runners.set_default_threads(1)
     path = Path(job.source)
@@ -106,6 +114,17 @@ def _convert(job: Job, result: dict[str, Any]) -> None:
     targets = [t for t in job.target.split(",") if t]
     # --opset is for ONNX output; a backend target brings the model to its own opset.
     opset = job.opset if "onnx" in targets else None
+    # A graph from a file runs in onnxruntime's child; the block holds its sessions open past
+    # the conversion, for the comparison with the framework's saved outputs below.
+    with untrusted_graphs() if onnx_in else contextlib.nullcontext():
+        _convert_and_compare(job, result, path, out, opset, samples, origin, onnx_in)
+
+
+def _convert_and_compare(job: Job, result: dict[str, Any], path: Path, out: Path, opset: int | None,
+                         samples: Any, origin: str, onnx_in: bool) -> None:
+    import unframe.api as api
+    from unframe.errors import ParityError
+
     try:
         res = api.convert(path, from_=job.source_format, to=job.target, output=out, opset=opset,
                           sample_inputs=samples, force=True)
