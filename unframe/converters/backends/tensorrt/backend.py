@@ -184,6 +184,7 @@ class TensorRTBackend(Backend):
     def convert(self, model: ir.Model, target: Target, workdir: Path) -> Artifact:
         from unframe import io, limits
         from unframe.converters.backends.tensorrt.build import BuildOptions, build
+        from unframe.converters.backends.tensorrt.cumsum import check_profile
         from unframe.converters.backends.tensorrt.prepare import prepare
         from unframe.converters.backends.tensorrt.profiles import make_profile
         from unframe.converters.backends.tensorrt.table import supports_low
@@ -200,6 +201,7 @@ class TensorRTBackend(Backend):
         prepared = lower_precision(prepare(model.clone()), precision, keep_values=overflow, supports=supports_low)
         profile = make_profile(prepared, target.get("shapes"), target.get("sample_shapes"),
                                bool(target.get("static", False)))
+        check_profile(prepared, profile)  # an integer CumSum summed in digits stays exact
         workdir.mkdir(parents=True, exist_ok=True)
         options = BuildOptions(
             workspace=_int_or_none(target.get("workspace")),

@@ -486,6 +486,38 @@ def _tensor_scatter(node: ir.Node, ctx: Context) -> Iterator[str]:
             yield f"{what} is {rank}D: must be 4D"
 
 
+@restriction("Einsum")
+def _einsum(node: ir.Node, ctx: Context) -> Iterator[str]:
+    from unframe.converters.backends.tensorrt.einsum import needs_rename, normalize_equation
+
+    equation = _str(node, "equation", "")
+    if not needs_rename(equation):
+        return
+    if normalize_equation(equation) is None:
+        yield (f"equation {equation!r} has upper-case subscripts, which TensorRT's parser does not "
+               "read, and more distinct letters than a-z can rename")
+    else:  # measured: "Invalid character(s) in Einsum equation"
+        yield (f"equation {equation!r} has upper-case subscripts: TensorRT's parser reads a-z only "
+               "(unframe's preparation renames them)")
+
+
+@restriction("Loop")
+def _loop(node: ir.Node, ctx: Context) -> Iterator[str]:
+    from unframe.passes.loops import has_trip_limit
+
+    body = node.attributes.get("body")
+    if body is None or body.type != ir.AttributeType.GRAPH:
+        return
+    carried = max(len(node.inputs) - 2, 0)
+    scans = len(body.value.outputs) - 1 - carried
+    if scans > 0 and not has_trip_limit(node):
+        # measured (tensorrt_rtx 1.7): "cannot infer the shape of scan output ... since no trip
+        # limit was set", for no M and for a constant M of 2**31 - 1 or more
+        yield (f"{scans} scan output(s) and no trip count (M): TensorRT sizes scan outputs from M "
+               "alone (unframe's preparation writes M when the loop's condition reads only "
+               "constants; otherwise export the loop with a fixed trip count)")
+
+
 @restriction("RotaryEmbedding")
 def _rotary(node: ir.Node, ctx: Context) -> Iterator[str]:
     pos = node.inputs[3] if len(node.inputs) > 3 else None

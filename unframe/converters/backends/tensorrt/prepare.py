@@ -11,20 +11,28 @@
    tensor with a static shape) are evaluated with onnx's reference evaluator and replaced by an
    initializer. Shape-computing subgraphs and Resize scales thus reach the parser as weights,
    which is what its "must be an initializer" restrictions ask for.
-4. ``NarrowInt64Pass``: int64 index constants that fit in int32 become int32 where the op takes
+4. ``ConstantTripCountPass`` (``unframe.passes.loops``): a Loop whose trip count is decided by
+   its condition over constants alone (tf2onnx's ``for t in tf.range(12)``) gets that count as
+   ``M``: the parser sizes scan outputs from ``M`` only.
+5. ``LowerCaseEinsumPass`` (``einsum.py``): Einsum subscripts renamed to lower case, which is all
+   the parser reads (torchvision's MaxViT writes ``"B G P H I D, ..."``).
+6. ``NarrowInt64Pass``: int64 index constants that fit in int32 become int32 where the op takes
    either (TensorRT computes indices in int32; int64 needs casts inside the engine).
-5. ``FloatCumSumPass``: a running count (CumSum of a tensor cast from BOOL to an integer type,
+7. ``FloatCumSumPass``: a running count (CumSum of a tensor cast from BOOL to an integer type,
    as RoBERTa's and Whisper's position ids are computed) is summed in float32, which TensorRT's
    CumSum takes, and cast back: exact, every partial sum being an integer below 2**24.
-6. ``GreedyNmsPass`` (``nms.py``; tensorrt-rtx only, whose builder has no implementation of
+8. ``DigitCumSumPass`` (``cumsum.py``): any other integer CumSum (BLOOM's sum of its int64
+   attention mask) as float32 sums of base-16 digits, exact for any values over an axis of at
+   most 1,118,481 elements (``backend.convert`` checks the profile's max against that).
+9. ``GreedyNmsPass`` (``nms.py``; tensorrt-rtx only, whose builder has no implementation of
    NonMaxSuppression): the op as comparison matrices and a fixed-point Loop, with exactly
    onnxruntime's selection.
-7. ``CompactNonZeroPass`` (tensorrt-rtx only, whose parser takes NonZero only as a plugin it
+10. ``CompactNonZeroPass`` (tensorrt-rtx only, whose parser takes NonZero only as a plugin it
    doesn't ship): NonZero over a 1-D tensor becomes a compaction TensorRT builds natively
    (a running count, a scatter and a slice of data-dependent length).
-8. ``FloatNonZeroPass``: NonZero over a mask or integers reads a float32 cast of it (TensorRT's
+11. ``FloatNonZeroPass``: NonZero over a mask or integers reads a float32 cast of it (TensorRT's
    NonZero takes float types; the indices are the same).
-9. ``RemoveUnusedNodesPass`` (onnx-ir): what folding left unused.
+12. ``RemoveUnusedNodesPass`` (onnx-ir): what folding left unused.
 
 A pass that replaces one node with several builds them with ``rewrite.NodeBuilder``; a new one
 goes in its own module when it is more than a screen (``guards.py``, ``nms.py``).
@@ -38,10 +46,13 @@ import numpy as np
 import onnx_ir as ir
 import onnx_ir.passes.common as common_passes
 
+from unframe.converters.backends.tensorrt.cumsum import DigitCumSumPass
+from unframe.converters.backends.tensorrt.einsum import LowerCaseEinsumPass
 from unframe.converters.backends.tensorrt.guards import EmptyGuardPass
 from unframe.converters.backends.tensorrt.nms import GreedyNmsPass
 from unframe.converters.backends.tensorrt.rewrite import NodeBuilder
 from unframe.opset import DEFAULT_DOMAINS, FALLBACK_OPSET, main_opset
+from unframe.passes.loops import ConstantTripCountPass
 
 logger = logging.getLogger(__name__)
 
@@ -408,8 +419,11 @@ def prepare(model: ir.Model, *, native_nonzero: bool | None = None, native_nms: 
         EmptyGuardPass(),
         common_passes.LiftConstantsToInitializersPass(lift_all_constants=True, size_limit=0),
         FoldConstantsPass(),
+        ConstantTripCountPass(),
+        LowerCaseEinsumPass(),
         NarrowInt64Pass(),
         FloatCumSumPass(),
+        DigitCumSumPass(),
         *([] if native_nms else [GreedyNmsPass()]),
         *([] if native_nonzero else [CompactNonZeroPass()]),
         FloatNonZeroPass(),
