@@ -228,7 +228,7 @@ def test_exact_gelu_through_the_erfc_extension(fe) -> None:
     _, export = _export(fe, model)
     ops = {n.op_type for n in export.model.graph}
     assert "Erfc" not in ops and "Erf" in ops
-    assert not export.notes
+    assert not [n for n in export.notes if not n.startswith("dynamic axes")]  # no fallback route
     _assert_matches_keras(model, export)
 
 

@@ -71,15 +71,16 @@ class TensorflowFrontend(Frontend):
     extra = "tf"
     requires = ("tensorflow", "keras", "tf2onnx")
     packages = "tensorflow-cpu, keras, tf2onnx"
-    description = ("TensorFlow/Keras: keras.Model, tf.Module, tf.function, .keras, .h5, "
-                   "SavedModel directories, .tflite (via tf2onnx)")
-    suffixes = (".keras", ".h5", ".hdf5", ".tflite")
+    description = ("TensorFlow/Keras: keras.Model, tf.Module, tf.function, ConcreteFunction, "
+                   ".keras, .h5, SavedModel directories, .tflite, frozen graph .pb (via tf2onnx)")
+    suffixes = (".keras", ".h5", ".hdf5", ".tflite", ".pb")
     object_types = (
         "keras.src.models.model.Model",
         "tensorflow.python.module.module.Module",
         "tensorflow.python.eager.polymorphic_function.polymorphic_function.Function",
+        "tensorflow.python.eager.polymorphic_function.concrete_function.ConcreteFunction",
     )
-    option_names = ("signature", "nchw_inputs", "self_check", "custom_objects")
+    option_names = ("signature", "nchw_inputs", "self_check", "custom_objects", "outputs")
 
     def distributions(self) -> tuple[str, ...]:
         return ("tensorflow-cpu", "tensorflow", "keras", "tf2onnx", "onnx")
@@ -104,7 +105,7 @@ class TensorflowFrontend(Frontend):
 
         with quiet_native_logs():
             return native.load(source, opts.trust, opts.get("signature"),
-                               opts.get("custom_objects"))
+                               opts.get("custom_objects"), opts.get("outputs"))
 
     def preserve(self, source: Any) -> Any:
         """A live Keras model is snapshotted and restored after the run (``_tf/preserve.py``)."""
@@ -149,7 +150,7 @@ class TensorflowFrontend(Frontend):
 
     def describe(self, native: Any) -> str:
         kind = {"keras": "Keras model", "function": "tf.function", "saved_model": "SavedModel",
-                "tflite": "TFLite model"}[native.kind]
+                "tflite": "TFLite model", "graph_def": "frozen graph"}[native.kind]
         sig = f", signature {native.signature!r}" if native.signature else ""
         where = f"{kind} {native.path}" if native.path is not None else native.source
         return f"{where}{sig}"

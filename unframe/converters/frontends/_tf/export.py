@@ -11,7 +11,8 @@ TensorFlow on the first parity feed:
 Every failed attempt is recorded in ``ExportResult.notes``. When every route fails because ops
 have no ONNX mapping, ``UnsupportedError`` names them.
 
-After export the graph is edited with onnx-ir: inputs/outputs get the model's own names,
+After export the graph is edited with onnx-ir: inputs/outputs get the model's own names (made
+unique as tf2onnx does: a Keras layer with three outputs gives ``lstm``, ``lstm_1``, ``lstm_2``),
 dynamic dims get readable names ("batch"), and ``nchw_inputs`` adds a Transpose at the graph edge:
 
     before:  image[N,H,W,C] -> (model)
@@ -32,8 +33,8 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
-from unframe.converters.frontends._tf.native import TfModel, _first_line
-from unframe.converters.frontends._tf.signature import to_tf_specs
+from unframe.converters.frontends._tf.native import TfModel, _first_line, unique_names
+from unframe.converters.frontends._tf.signature import call_specs, to_tf_specs
 from unframe.errors import Blocker, ConversionError, UnsupportedError
 from unframe.validate.runner import Runner, TensorSpec
 
@@ -77,7 +78,8 @@ def attempts(model: TfModel, inputs: Sequence[TensorSpec], opset: int) -> list[A
 
 
 _TOOLS = {"keras": "tf2onnx from_keras", "function": "tf2onnx from_function",
-          "saved_model": "tf2onnx from_saved_model", "tflite": "tf2onnx from_tflite"}
+          "saved_model": "tf2onnx from_saved_model", "tflite": "tf2onnx from_tflite",
+          "graph_def": "tf2onnx from_graph_def"}
 
 
 def _primary(model: TfModel, inputs: Sequence[TensorSpec]) -> Callable[[int], onnx.ModelProto]:
@@ -87,6 +89,8 @@ def _primary(model: TfModel, inputs: Sequence[TensorSpec]) -> Callable[[int], on
         return lambda opset: from_function(model, inputs, opset)
     if model.kind == "saved_model":
         return lambda opset: from_saved_model(model, inputs, opset)
+    if model.kind == "graph_def":
+        return lambda opset: from_graph_def(model, inputs, opset)
     return lambda opset: from_tflite(model, inputs, opset)
 
 
@@ -124,17 +128,62 @@ def _from_keras_by_name(model: TfModel, inputs: Sequence[TensorSpec], opset: int
         return keras.tree.flatten(result)
 
     specs = to_tf_specs(inputs)
-    proto, _ = tf2onnx.convert.from_function(tf.function(call, input_signature=specs),
-                                             input_signature=specs, opset=opset)
-    return proto
+    fn = tf.function(call, input_signature=specs)
+    proto, _ = tf2onnx.convert.from_function(fn, input_signature=specs, opset=opset)
+    return inline_captures(proto, fn.get_concrete_function(*specs))
 
 
 def from_function(model: TfModel, inputs: Sequence[TensorSpec], opset: int) -> onnx.ModelProto:
     import tf2onnx
 
     register_tf2onnx_extensions()
-    proto, _ = tf2onnx.convert.from_function(
-        model.obj, input_signature=to_tf_specs(inputs, model.named_specs), opset=opset)
+    specs = call_specs(model, inputs)
+    proto, _ = tf2onnx.convert.from_function(model.obj, input_signature=specs, opset=opset)
+    return inline_captures(proto, model.obj.get_concrete_function(*specs))
+
+
+def inline_captures(proto: onnx.ModelProto, concrete: Any) -> onnx.ModelProto:
+    """tf2onnx's ``from_function`` lists every non-resource capture of the traced function as a
+    graph input: a constant the function closed over (an eager tensor a layer computed at build
+    time, keras-hub Gemma's ``gemma_backbone_1/Mul/y:0``) becomes an input nobody feeds, and
+    onnxruntime refuses the run. Each such input becomes the initializer it stands for::
+
+        before:  inputs [x, mul/y:0]    Mul(x, mul/y:0)
+        after:   inputs [x]             Mul(x, mul/y:0 = <the captured value>)
+    """
+    from onnx import numpy_helper
+
+    captured = {}
+    for external, internal in getattr(concrete.graph, "captures", ()):
+        value = getattr(external, "numpy", None)
+        if value is not None and getattr(external, "dtype", None) is not None \
+                and external.dtype.name != "resource":
+            captured[internal.name] = external
+    graph = proto.graph
+    for value_info in [v for v in graph.input if v.name in captured]:
+        array = np.asarray(captured[value_info.name].numpy())
+        graph.input.remove(value_info)
+        graph.initializer.append(numpy_helper.from_array(array, value_info.name))
+    return proto
+
+
+def from_graph_def(model: TfModel, inputs: Sequence[TensorSpec], opset: int) -> onnx.ModelProto:
+    """A frozen graph: its Placeholders in, the chosen tensors out; the shapes the frontend chose
+    (fixed, or ``None`` where proven dynamic) override the Placeholders'."""
+    import tf2onnx
+
+    from unframe.converters.frontends._tf.graphdef import onnx_name, tensor_name
+
+    register_tf2onnx_extensions()
+    graph_def, _ = model.obj
+    names = [tensor_name(t.name) for t in inputs]
+    shapes = {tensor_name(t.name): list(t.shape)
+              for t in inputs if t.shape is not None}
+    renames = {n: onnx_name(n) for n in names + list(model.graph_outputs)}
+    proto, _ = tf2onnx.convert.from_graph_def(graph_def, input_names=names,
+                                              output_names=list(model.graph_outputs), opset=opset,
+                                              shape_override=shapes or None,
+                                              tensors_to_rename=renames)
     return proto
 
 
@@ -179,9 +228,20 @@ def keras_export(model: TfModel, inputs: Sequence[TensorSpec], opset: int) -> on
     with tempfile.TemporaryDirectory(prefix="unframe-keras-") as tmp:
         path = os.path.join(tmp, "model.onnx")
         with contextlib.redirect_stdout(io.StringIO()):  # it prints "Saved artifact at ..."
-            model.obj.export(path, format="onnx", input_signature=to_tf_specs(inputs),
+            model.obj.export(path, format="onnx", input_signature=keras_signature(model, inputs),
                              opset_version=opset, verbose=False)
         return onnx.load(path)
+
+
+def keras_signature(model: TfModel, inputs: Sequence[TensorSpec]) -> list[Any]:
+    """Keras' export takes the signature in the structure the model was built on: a dict-input
+    model (every keras-hub backbone) gets one dict of specs, not a flat list."""
+    specs = to_tf_specs(inputs)
+    struct = getattr(model.obj, "_inputs_struct", None)
+    if isinstance(struct, dict):
+        by_name = dict(zip([t.name for t in inputs], specs, strict=True))
+        return [{key: by_name[value.name] for key, value in struct.items()}]
+    return specs
 
 
 def _rename_proto_value(graph: onnx.GraphProto, old: str, new: str) -> None:
@@ -349,7 +409,7 @@ def finish(proto: onnx.ModelProto, inputs: Sequence[TensorSpec], outputs: Sequen
     model = ir.serde.deserialize_model(proto)
     _name_io(model.graph.inputs, [t.name for t in inputs])
     if outputs:
-        _name_io(model.graph.outputs, list(outputs))
+        _name_io(model.graph.outputs, unique_names(outputs))
     _name_dims(model, batch_named, dim_names or {}, {t.name: t.shape for t in inputs})
     for name in nchw:
         transpose_input_to_nchw(model, name)
@@ -432,11 +492,13 @@ def load_problem(onnx_model: ir.Model, runner_factory: Callable[[ir.Model], Runn
     return ""
 
 
-def parity_problem(ref: Runner, onnx_model: ir.Model, feed: dict[str, np.ndarray],
+def parity_problem(ref: Runner, onnx_model: ir.Model,
+                   feeds: dict[str, np.ndarray] | list[dict[str, np.ndarray]],
                    runner_factory: Callable[[ir.Model], Runner],
                    tolerances: dict[str, tuple[float, float]] | None = None) -> str:
-    """"" when onnxruntime loads the graph and matches ``ref`` on one feed, else why not
-    (``tolerances``: per-output (atol, rtol) the model's compute precision needs)."""
+    """"" when onnxruntime loads the graph and matches ``ref`` on the feeds (one feed, or a list:
+    the first and a probe with the dynamic axes changed), else why not (``tolerances``: per-output
+    (atol, rtol) the model's compute precision needs)."""
     from unframe.validate.compare import compare
 
     try:
@@ -444,7 +506,8 @@ def parity_problem(ref: Runner, onnx_model: ir.Model, feed: dict[str, np.ndarray
     except Exception as exc:
         return f"onnxruntime rejects the graph: {_first_line(exc)}"
     try:
-        result = compare(ref, candidate, [feed], stage="tf2onnx self-check",
+        result = compare(ref, candidate, feeds if isinstance(feeds, list) else [feeds],
+                         stage="tf2onnx self-check",
                          defaults=tolerances or None)
     except Exception as exc:
         return f"running the graph failed: {_first_line(exc)}"

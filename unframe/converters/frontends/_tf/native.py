@@ -26,9 +26,11 @@ KERAS_SUFFIXES = (".keras", ".h5", ".hdf5")
 class TfModel:
     """A loaded TF/Keras model and what the frontend needs to know about it.
 
-    ``kind`` is "keras", "function" (tf.function / tf.Module), "saved_model" or "tflite".
-    ``inputs`` may be empty for a tf.function without an input signature: the InputSpec must
-    then say what the inputs are. ``int_high`` is the exclusive upper bound of generated
+    ``kind`` is "keras", "function" (tf.function / tf.Module / ConcreteFunction), "saved_model",
+    "tflite" or "graph_def" (a frozen TF1 graph). ``inputs`` may be empty for a tf.function without
+    an input signature: the InputSpec must then say what the inputs are, unless ``inputs_known``
+    (a function that takes no inputs). ``structure`` is a function's input structure when its
+    signature nests tensors (a dict argument): the flat inputs are packed into it to call it. ``int_high`` is the exclusive upper bound of generated
     integer inputs (the smallest Embedding ``input_dim``, or a small default).
     """
 
@@ -42,6 +44,9 @@ class TfModel:
     int_high: int = 3
     named_specs: bool = True  # False: a tf.function whose input_signature has unnamed specs
     tflite_names: dict[str, str] = field(default_factory=dict)  # tensor name -> signature key
+    inputs_known: bool = False  # ``inputs`` is the whole list even when empty
+    structure: Any = None  # nested input signature of a function (tf.nest structure of specs)
+    graph_outputs: list[str] = field(default_factory=list)  # a GraphDef's output tensor names
 
 
 def quiet_tensorflow() -> None:
@@ -56,18 +61,20 @@ def is_saved_model_dir(path: Path) -> bool:
                               or (path / "saved_model.pbtxt").is_file())
 
 
-def load(source: Any, trust: bool, signature: str | None, custom_objects: Any = None) -> TfModel:
+def load(source: Any, trust: bool, signature: str | None, custom_objects: Any = None,
+         outputs: Any = None) -> TfModel:
     """``custom_objects``: a .py path, module or dict of the model's custom Keras classes
-    (see ``custom.resolve``); used by .keras/.h5 files only."""
+    (see ``custom.resolve``); used by .keras/.h5 files only. ``outputs``: a frozen GraphDef's
+    output tensor names."""
     quiet_tensorflow()
     if isinstance(source, (str, os.PathLike)):
-        return load_path(Path(source), trust, signature, custom_objects)
+        return load_path(Path(source), trust, signature, custom_objects, outputs)
     return from_object(source, signature)
 
 
 # -- files ----------------------------------------------------------------------------------
-def load_path(path: Path, trust: bool, signature: str | None, custom_objects: Any = None
-              ) -> TfModel:
+def load_path(path: Path, trust: bool, signature: str | None, custom_objects: Any = None,
+              outputs: Any = None) -> TfModel:
     if not path.exists():
         raise InputError(f"{path}: no such file or directory", "check the path")
     if path.is_dir():
@@ -82,8 +89,26 @@ def load_path(path: Path, trust: bool, signature: str | None, custom_objects: An
         return load_keras_file(path, trust, custom_objects)
     if suffix == ".tflite":
         return load_tflite(path)
+    if suffix == ".pb":
+        from unframe.converters.frontends._tf import graphdef
+
+        if graphdef.is_saved_model_file(path):
+            return load_saved_model(path.parent, signature)
+        return load_graph_def(path, trust, outputs)
     raise InputError(f"{path}: not a TensorFlow/Keras model file (suffix {suffix or 'none'})",
-                     "pass a .keras, .h5 or .tflite file or a SavedModel directory")
+                     "pass a .keras, .h5, .tflite or frozen graph .pb file or a SavedModel directory")
+
+
+def load_graph_def(path: Path, trust: bool, outputs: Any) -> TfModel:
+    from unframe.converters.frontends._tf import graphdef
+
+    graph_def = graphdef.parse(path)
+    graphdef.check_trust(path, graph_def, trust)
+    tensors = graphdef.outputs(path, graph_def, outputs)
+    session = graphdef.GraphSession(graph_def)
+    return TfModel("graph_def", (graph_def, session), str(path), graphdef.placeholders(graph_def),
+                   [graphdef.onnx_name(t) for t in tensors], path=path, inputs_known=True,
+                   graph_outputs=tensors)
 
 
 def load_keras_file(path: Path, trust: bool, custom_objects: Any = None) -> TfModel:
@@ -272,6 +297,8 @@ def from_object(obj: Any, signature: str | None) -> TfModel:
         return from_keras(obj, f"keras model {obj.name!r}", None)
     if isinstance(obj, tf.types.experimental.PolymorphicFunction):
         return from_function(obj, f"tf.function {getattr(obj, '__name__', '?')!r}")
+    if isinstance(obj, tf.types.experimental.ConcreteFunction):
+        return from_concrete(obj)
     if isinstance(obj, tf.Module):
         call = obj.__call__ if callable(obj) else None
         if isinstance(call, tf.types.experimental.PolymorphicFunction):
@@ -347,7 +374,24 @@ def keras_output_names(model: Any) -> list[str]:
     if not names:  # a model saved before it was built (a file's config can say so)
         raise InputError(f"the Keras model {getattr(model, 'name', '?')!r} has no outputs: it was saved "
                          "before it was built", "build it (call it on an input) and save it again")
-    return [str(n) for n in names]
+    return unique_names([str(n) for n in names])
+
+
+def unique_names(names: list[str]) -> list[str]:
+    """Repeated names made unique as tf2onnx names them: ``lstm, lstm, lstm`` ->
+    ``lstm, lstm_1, lstm_2`` (a Keras layer with several outputs, ``LSTM(return_state=True)``;
+    onnxruntime refuses a graph whose outputs share a name)."""
+    taken = set(names)
+    seen: set[str] = set()
+    out = []
+    for name in names:
+        new, i = name, 0
+        while new in seen or (new != name and new in taken):
+            i += 1
+            new = f"{name}_{i}"
+        seen.add(new)
+        out.append(new)
+    return out
 
 
 def embedding_bound(model: Any, default: int = 3) -> int:
@@ -362,17 +406,80 @@ def embedding_bound(model: Any, default: int = 3) -> int:
 
 def from_function(fn: Any, source: str) -> TfModel:
     sig = fn.input_signature
-    inputs = []
-    named = True
-    if sig is not None:
-        import tensorflow as tf
+    args = _arg_names(fn)
+    if sig is None:  # known only when the Python function takes nothing
+        return TfModel("function", fn, source, [], [], inputs_known=args == [])
+    inputs, named, structure = _signature_inputs(sig, args)
+    return TfModel("function", fn, source, inputs, [], named_specs=named, inputs_known=True,
+                   structure=structure)
 
-        flat = tf.nest.flatten(sig)
-        args = _arg_names(fn)
-        named = all(s.name for s in flat)
-        inputs = [_tensor_spec(s.name or (args[i] if i < len(args) else f"input_{i}"), s)
-                  for i, s in enumerate(flat)]
-    return TfModel("function", fn, source, inputs, [], named_specs=named)
+
+def _signature_inputs(sig: Any, args: list[str]) -> tuple[list[TensorSpec], bool, Any]:
+    """(flat inputs, whether every spec is named, the structure when it nests) of a signature.
+    A nested spec is named after its path (``features/ids`` -> ``features_ids``) unless named."""
+    import tensorflow as tf
+
+    sig = list(sig)
+    flat = tf.nest.flatten(sig)
+    paths = list(zip(_paths(sig), flat, strict=True))
+    nested = any(not isinstance(s, tf.TensorSpec) for s in sig)
+    named = all(s.name for s in flat) and not nested
+    inputs = []
+    for path, spec in paths:
+        top = int(path.split("/")[0])
+        base = args[top] if top < len(args) else f"input_{top}"
+        name = spec.name or (base + path[len(str(top)):].replace("/", "_") if nested else base)
+        inputs.append(_tensor_spec(name, spec))
+    return inputs, named, sig if nested else None
+
+
+def _paths(node: Any, prefix: str = "") -> list[str]:
+    """Leaf paths ("0", "1/ids") in ``tf.nest.flatten``'s order (dict keys sorted)."""
+    if isinstance(node, dict):
+        items: list[tuple[Any, Any]] = [(k, node[k]) for k in sorted(node)]
+    elif isinstance(node, (list, tuple)):
+        items = list(enumerate(node))
+    else:
+        return [prefix]
+    return [p for key, value in items for p in _paths(value, f"{prefix}/{key}" if prefix else str(key))]
+
+
+class ConcreteSource:
+    """A ``ConcreteFunction`` as the frontend and tf2onnx's ``from_function`` take a tf.function:
+    it is its own concrete function (its trace fixes what it takes)."""
+
+    def __init__(self, concrete: Any) -> None:
+        self.concrete = concrete
+        self.input_signature = None
+
+    def get_concrete_function(self, *args: Any, **kwargs: Any) -> Any:
+        return self.concrete
+
+    def __call__(self, *args: Any) -> Any:
+        return self.concrete(*args)
+
+
+def from_concrete(concrete: Any) -> TfModel:
+    args_sig, kwargs_sig = concrete.structured_input_signature
+    names = _arg_names_of(getattr(concrete, "graph", None))
+    inputs, _, structure = _signature_inputs(list(args_sig), names)
+    if kwargs_sig:
+        inputs += [_tensor_spec(k, s) for k, s in sorted(kwargs_sig.items())]
+    source = f"ConcreteFunction {getattr(concrete, 'name', '?')!r}"
+    return TfModel("function", ConcreteSource(concrete), source, inputs, [], named_specs=True,
+                   inputs_known=True, structure=structure)
+
+
+def _arg_names_of(graph: Any) -> list[str]:
+    fn = getattr(graph, "_python_function", None) if graph is not None else None
+    if fn is None:
+        return []
+    import inspect
+
+    try:
+        return [p for p in inspect.signature(fn).parameters if p != "self"]
+    except (TypeError, ValueError):
+        return []
 
 
 def _arg_names(fn: Any) -> list[str]:
@@ -410,3 +517,20 @@ def _first_line(exc: BaseException) -> str:
         lines = [ln for ln in lines if not ln.startswith(("File ", "in user code", "return "))]
         return lines[-1][:300] if lines else type(exc).__name__
     return lines[0][:300]
+
+
+def telling_line(exc: BaseException) -> str:
+    """TensorFlow's telling line for an error raised while tracing: the reason (its last line)
+    and the last frame "in user code" (``at file.py:12 in f: v = tf.Variable(1.0)``)."""
+    reason = _first_line(exc)
+    if not reason.startswith(type(exc).__name__):
+        reason = f"{type(exc).__name__}: {reason}"
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    frames = [i for i, ln in enumerate(lines) if ln.startswith("File ")]
+    if not frames:
+        return reason
+    i = frames[-1]
+    match = re.match(r'File "([^"]+)", line (\d+), in (\S+)', lines[i])
+    where = f"{Path(match.group(1)).name}:{match.group(2)} in {match.group(3)}" if match else lines[i]
+    code = lines[i + 1] if i + 1 < len(lines) and not lines[i + 1].startswith(("File ", type(exc).__name__)) else ""
+    return f"{reason} (in user code at {where}{': ' + code[:120] if code else ''})"

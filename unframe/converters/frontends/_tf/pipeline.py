@@ -11,24 +11,114 @@ import onnx
 import onnx_ir as ir
 
 from unframe.converters.base import ExportResult, InputSpec
+from unframe.converters.frontends._tf import axes
 from unframe.converters.frontends._tf import export as routes
-from unframe.converters.frontends._tf.native import TfModel
+from unframe.converters.frontends._tf.native import TfModel, telling_line
 from unframe.converters.frontends._tf.runners import make_runner
-from unframe.converters.frontends._tf.signature import make_feeds, resolve_inputs
-from unframe.errors import UsageError
+from unframe.converters.frontends._tf.signature import (
+    call_specs,
+    candidate_axes,
+    declared_inputs,
+    draw,
+    first_feed,
+    forced_axes,
+    make_feeds,
+    resolve_inputs,
+)
+from unframe.errors import InputError, UnframeError, UsageError
 from unframe.validate.onnxruntime import OnnxRuntimeRunner
 from unframe.validate.runner import TensorSpec
 
 
 def export(model: TfModel, spec: InputSpec, opset: int, nchw_option: Any,
            versions: dict[str, str], self_check: bool = True) -> ExportResult:
-    """``self_check``: accept a route only when its numbers match TensorFlow on one feed (else
-    only when onnxruntime loads it): the caller turns it off when it validates nothing."""
-    inputs = resolve_inputs(model, spec)
+    """``self_check``: accept a route only when its numbers match TensorFlow on the parity feeds
+    (else only when onnxruntime loads it): the caller turns it off when it validates nothing.
+
+    Axes are dynamic only where the source ran with them changed (``axes.py``) and the export
+    takes them: when no route exports the dynamic graph, the export is made again with every
+    axis as the first feed has it, and a note says why."""
+    if spec.static:
+        inputs = resolve_inputs(model, spec)
+        return _export(model, inputs, make_feeds(model, inputs, spec), spec, opset, nchw_option,
+                       versions, self_check, [])
+    plan = plan_axes(model, spec, self_check)
+    if not plan.dynamic:
+        return _export(model, plan.inputs, plan.feeds, spec, opset, nchw_option, versions,
+                       self_check, plan.notes)
+    try:
+        result = _export(model, plan.inputs, plan.feeds, spec, opset, nchw_option, versions,
+                         self_check, plan.notes)
+        if not result.extra.get("parity_failed"):
+            return result
+        problem = result.extra["parity_failed"]
+    except UnframeError as exc:
+        problem = exc.message
+    fixed = plan.fixed()
+    result = _export(model, fixed.inputs, fixed.feeds, spec, opset, nchw_option, versions,
+                     self_check, [])
+    result.notes.insert(0, f"every axis kept as the samples have it: the export with "
+                           f"{plan.describe()} dynamic failed ({problem[:240]})")
+    return result
+
+
+def plan_axes(model: TfModel, spec: InputSpec, self_check: bool) -> axes.AxesPlan:
+    """The first feed, then the dynamic axes: probed on the source when it may run
+    (``self_check``); without running it, the axes the signature leaves open (and those asked
+    for) are taken as declared."""
+    declared = declared_inputs(model, spec)
+    first, drawn = first_feed(model, declared, spec)
+    plan = axes.AxesPlan(first, axes.first_shapes(first, declared),
+                         {t.name: t.dtype for t in declared}, [t.name for t in declared])
+    candidates = candidate_axes(model, declared, first)
+    forced = forced_axes(spec, declared)
+    if not candidates and not forced:
+        return plan
+    def redraw(shapes: dict[str, tuple[int, ...]]) -> dict[str, np.ndarray]:
+        return draw(model, shapes, declared, seed=1)
+
+    if not self_check:
+        signed = {t.name for t in model.inputs if t.shape is not None}
+        plan.dynamic = list(dict.fromkeys(forced + [a for a in candidates if a[0] in signed]))
+        plan.probe = axes.probe_feed(first, plan.dynamic, drawn, redraw) if plan.dynamic else None
+        return plan
+    runner = make_runner(model, declared, [])
+    problem = _runs(runner, first)
+    if problem:
+        _first_feed_fails(model, problem, drawn)
+    if forced:
+        trial = _runs(runner, axes.probe_feed(first, forced, drawn, redraw))
+        if trial:
+            raise UsageError(f"{model.source} can't run with the axes asked to be dynamic "
+                             f"({', '.join(f'{n}[{a}]' for n, a in forced)}) changed: {trial}",
+                             "drop --dynamic (or the named dims of --inputs) for those axes")
+    return axes.choose(plan, candidates, forced, drawn, lambda feed: _runs(runner, feed), redraw)
+
+
+def _runs(runner: Any, feed: dict[str, np.ndarray]) -> str:
+    try:
+        runner.run_native(feed)
+    except (KeyboardInterrupt, UnframeError):
+        raise
+    except Exception as exc:  # whatever TF raises on a shape the model can't take
+        return axes.failure(exc)
+    return ""
+
+
+def _first_feed_fails(model: TfModel, problem: str, drawn: bool) -> None:
+    if drawn:
+        raise UsageError(f"{problem} ({model.source} can't run on the inputs unframe drew from its "
+                         "signature)", "pass sample inputs that fit it (--sample-inputs)")
+    raise InputError(f"{problem} ({model.source} can't run on the sample inputs in TensorFlow)",
+                     "check the sample inputs (names, shapes, dtypes), or fix the model")
+
+
+def _export(model: TfModel, inputs: list[TensorSpec], tf_feeds: list[dict[str, np.ndarray]],
+            spec: InputSpec, opset: int, nchw_option: Any, versions: dict[str, str],
+            self_check: bool, notes: list[str]) -> ExportResult:
     if model.kind == "function":
         model.outputs = function_outputs(model, inputs)
     nchw = nchw_inputs(inputs, nchw_option)
-    tf_feeds = make_feeds(model, inputs, spec)
     feeds = [to_onnx_layout(f, nchw) for f in tf_feeds]
     tried: list[tuple[routes.Attempt, routes.Outcome]] = []
     finished: dict[int, ir.Model] = {}  # id(proto) -> edited graph, made once per route
@@ -41,7 +131,7 @@ def export(model: TfModel, spec: InputSpec, opset: int, nchw_option: Any,
         finished[id(proto)] = _finish(model, proto, inputs, nchw, spec)
         started = time.perf_counter()
         try:
-            return _check(model, finished[id(proto)], inputs, nchw, feeds[0], self_check, low)
+            return _check(model, finished[id(proto)], inputs, nchw, feeds, self_check, low)
         finally:
             if self_check:  # a load check alone (nothing validated) is part of the export
                 checking[0] += time.perf_counter() - started
@@ -60,17 +150,19 @@ def export(model: TfModel, spec: InputSpec, opset: int, nchw_option: Any,
         tried.append(first_parity)
     chosen, outcome = tried[-1]
     ir_model = finished.get(id(outcome.proto)) or _finish(model, outcome.proto, inputs, nchw, spec)
-    notes = list(dict.fromkeys(o.problem for _, o in tried if o.problem))
+    route_notes = list(dict.fromkeys(o.problem for _, o in tried if o.problem))
     if len(tried) > 1:
-        notes.append(f"used route {chosen.route}")
+        route_notes.append(f"used route {chosen.route}")
     if low:
-        notes.append(f"mixed precision: the model computes in {low}; parity uses {low}'s "
-                     "tolerance")
+        route_notes.append(f"mixed precision: the model computes in {low}; parity uses {low}'s "
+                           "tolerance")
+    extra = {"tf_inputs": inputs, "nchw_inputs": nchw, "tf_kind": model.kind,
+             "signature": model.signature}
+    if outcome.parity_failed:
+        extra["parity_failed"] = outcome.problem
     return ExportResult(model=ir_model, tool=chosen.tool, route=chosen.route, opset=chosen.opset,
-                        tool_versions=dict(versions), notes=notes, feeds=feeds,
-                        tolerances=compute_tolerances(ir_model, low),
-                        extra={"tf_inputs": inputs, "nchw_inputs": nchw,
-                               "tf_kind": model.kind, "signature": model.signature},
+                        tool_versions=dict(versions), notes=list(notes) + route_notes, feeds=feeds,
+                        tolerances=compute_tolerances(ir_model, low), extra=extra,
                         check_seconds=checking[0])
 
 
@@ -87,11 +179,12 @@ def _shape_of(inputs: Sequence[TensorSpec], name: str) -> tuple[Any, ...]:
 
 
 def _check(model: TfModel, candidate: ir.Model, inputs: Sequence[TensorSpec],
-           nchw: Sequence[str], feed: dict[str, np.ndarray], parity: bool, low: str | None) -> str:
+           nchw: Sequence[str], feeds: list[dict[str, np.ndarray]], parity: bool,
+           low: str | None) -> str:
     if not parity:
         return routes.load_problem(candidate, OnnxRuntimeRunner)
     ref = make_runner(model, inputs, [v.name for v in candidate.graph.outputs], nchw)
-    return routes.parity_problem(ref, candidate, feed, OnnxRuntimeRunner,
+    return routes.parity_problem(ref, candidate, feeds, OnnxRuntimeRunner,
                                  compute_tolerances(candidate, low))
 
 
@@ -118,13 +211,29 @@ def function_outputs(model: TfModel, inputs: Sequence[TensorSpec]) -> list[str]:
     """Output names of a tf.function: dict keys (in tf.nest order), else ``output_<i>``."""
     import tensorflow as tf
 
-    from unframe.converters.frontends._tf.signature import to_tf_specs
-
-    concrete = model.obj.get_concrete_function(*to_tf_specs(inputs, model.named_specs))
+    try:
+        concrete = model.obj.get_concrete_function(*call_specs(model, inputs))
+    except (KeyboardInterrupt, UnframeError):
+        raise
+    except Exception as exc:  # TF1-style code, Python control flow on a dynamic shape...
+        raise trace_error(model, inputs, exc) from exc
     structured = concrete.structured_outputs
     if isinstance(structured, dict):
         return [str(k) for k in sorted(structured)]
     return [f"output_{i}" for i in range(len(tf.nest.flatten(structured)))]
+
+
+def trace_error(model: TfModel, inputs: Sequence[TensorSpec], exc: BaseException) -> InputError:
+    """TensorFlow can't trace the function at these shapes: its own telling line (the reason,
+    and the last frame "in user code") leads the message."""
+    shapes = ", ".join(f"{t.name} {_shape_text(t.shape)}" for t in inputs) or "no inputs"
+    return InputError(f"{telling_line(exc)} ({model.source} can't be traced by TensorFlow with "
+                      f"{shapes})", "fix the function (TF1-style graph code: freeze it to a .pb "
+                      "GraphDef, or build its variables once outside the call)")
+
+
+def _shape_text(shape: Any) -> str:
+    return "?" if shape is None else "(" + ", ".join("?" if d is None else str(d) for d in shape) + ")"
 
 
 def nchw_inputs(inputs: Sequence[TensorSpec], option: Any) -> list[str]:

@@ -47,12 +47,16 @@ class _TfRunner(Runner):
         for t in self.inputs:
             value = np.asarray(feeds[t.name])
             arrays[t.name] = to_channels_last(value) if t.name in self.nchw_inputs else value
-        with quiet_native_logs():
-            values = self._run(arrays)  # in the order of self.model.outputs
+        values = self.run_native(arrays)  # in the order of self.model.outputs
         if set(self.model.outputs) == set(self.onnx_outputs):
             by_name = dict(zip(self.model.outputs, values, strict=True))
             return {name: np.asarray(by_name[name]) for name in self.onnx_outputs}
         return {name: np.asarray(values[i]) for i, name in enumerate(self.onnx_outputs)}
+
+    def run_native(self, arrays: dict[str, np.ndarray]) -> list[np.ndarray]:
+        """The source's outputs (in ``model.outputs`` order) on TF-layout arrays by input name."""
+        with quiet_native_logs():
+            return self._run(arrays)
 
     def _run(self, arrays: dict[str, np.ndarray]) -> list[np.ndarray]:
         raise NotImplementedError
@@ -105,8 +109,23 @@ class FunctionRunner(_TfRunner):
             _, fn = self.model.obj
             result = fn(**tensors)
             return [_np(result[name]) for name in self.model.outputs]
-        result = self.model.obj(*[tensors[t.name] for t in self.inputs])
+        flat = [tensors[t.name] for t in self.inputs]
+        if self.model.structure is not None:  # a signature that nests tensors (a dict argument)
+            flat = tf.nest.pack_sequence_as(self.model.structure, flat)
+        result = self.model.obj(*flat)
         return [_np(v) for v in tf.nest.flatten(result)]
+
+
+class GraphDefRunner(_TfRunner):
+    """A frozen TF1 graph, run by a v1 Session on its own graph."""
+
+    def __init__(self, *args: Any, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.name = f"tensorflow {_version('tensorflow', 'tensorflow-cpu')} (frozen graph)"
+
+    def _run(self, arrays: dict[str, np.ndarray]) -> list[np.ndarray]:
+        _, session = self.model.obj
+        return [np.asarray(v) for v in session.run(arrays, self.model.graph_outputs)]
 
 
 class TfliteRunner(_TfRunner):
@@ -130,5 +149,5 @@ def _np(value: Any) -> np.ndarray:
 def make_runner(model: TfModel, inputs: Sequence[TensorSpec], onnx_outputs: Sequence[str],
                 nchw_inputs: Sequence[str] = ()) -> Runner:
     cls = {"keras": KerasRunner, "function": FunctionRunner, "saved_model": FunctionRunner,
-           "tflite": TfliteRunner}[model.kind]
+           "tflite": TfliteRunner, "graph_def": GraphDefRunner}[model.kind]
     return cls(model, inputs, onnx_outputs, nchw_inputs)

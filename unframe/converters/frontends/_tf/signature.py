@@ -1,10 +1,12 @@
 """Input specs for export, and parity feeds.
 
-The model's own signature gives names, dtypes and shapes; the batch dim is dynamic unless
-``InputSpec.static``. ``InputSpec.tensors`` (``--inputs name:shape:dtype``) overrides an input,
-``InputSpec.dynamic`` makes more axes dynamic. Feeds are generated from the final specs when the
-user gave no samples: floats ~ N(0, 1), integers in ``[0, int_high)`` (below the smallest
-Embedding input_dim), two batch sizes when the batch is dynamic.
+The model's own signature gives names, dtypes and shapes (``None`` where it leaves an axis open);
+``InputSpec.tensors`` (``--inputs name:shape:dtype``) overrides an input. Which open axes end up
+dynamic is decided by probing the source (``axes.py``); ``InputSpec.static`` freezes every axis.
+The first parity feed is the user's samples, else drawn: floats ~ N(0, 1), integers in
+``[0, int_high)`` (below the smallest Embedding input_dim), open axes at 2 (axis 0) or 8.
+String samples may be ``str``, ``bytes`` or numpy object/unicode/bytes arrays of UTF-8 text: they
+are fed as object arrays of ``str`` (what onnxruntime takes).
 """
 
 from __future__ import annotations
@@ -28,25 +30,65 @@ SUPPORTED_DTYPES = frozenset({
 })
 
 
-def resolve_inputs(model: TfModel, spec: InputSpec) -> list[TensorSpec]:
-    """The input specs to export with: the model's, overridden by the caller's."""
+def declared_inputs(model: TfModel, spec: InputSpec) -> list[TensorSpec]:
+    """The inputs as the model (its signature) and the caller (``--inputs``) declare them; an
+    input known only from the samples has the samples' shape."""
     inputs = list(model.inputs)
     if spec.tensors:
         inputs = _apply_overrides(model, inputs, spec.tensors)
     samples = samples_by_name(spec.samples, inputs) if spec.samples is not None else None
     if not inputs and samples:
-        inputs = [TensorSpec(k, tuple(None if i == 0 else d for i, d in enumerate(v.shape)),
-                             v.dtype.name if v.dtype.kind != "U" else "str")
+        inputs = [TensorSpec(k, tuple(int(d) for d in v.shape), dtype_name(v))
                   for k, v in samples.items()]
-    if not inputs:
+    if not inputs and not (model.inputs_known or _empty(spec.samples)):
         raise UsageError(f"{model.source}: its inputs are unknown (no input signature)",
                          "pass sample inputs or --inputs name:shape:dtype, or give the "
                          "tf.function an input_signature")
     check_dtypes(model, inputs)
-    if spec.static:
-        return [_freeze(t, samples) for t in inputs]
-    inputs = [_dynamic_batch(t) for t in inputs]
-    return _extra_dynamic(inputs, spec.dynamic)
+    return inputs
+
+
+def _empty(samples: Any) -> bool:
+    """The caller said the model takes no inputs: ``sample_inputs={}`` or ``()``."""
+    return isinstance(samples, (Mapping, tuple, list)) and len(samples) == 0
+
+
+def resolve_inputs(model: TfModel, spec: InputSpec) -> list[TensorSpec]:
+    """The input specs of a static export (``InputSpec.static``): every axis at the samples'
+    size, or the signature's with a batch of 1."""
+    inputs = declared_inputs(model, spec)
+    samples = samples_by_name(spec.samples, inputs) if spec.samples is not None else None
+    return [_freeze(t, samples) for t in inputs]
+
+
+def candidate_axes(model: TfModel, declared: Sequence[TensorSpec],
+                   first: Mapping[str, np.ndarray]) -> list[tuple[str, int]]:
+    """Axes a probe may find dynamic: those the signature leaves open; for an input known only
+    from the samples (no signature, or one of unknown rank), its leading axis."""
+    signed = {t.name for t in model.inputs if t.shape is not None}
+    out = []
+    for t in declared:
+        if t.name in signed and t.shape is not None:
+            out.extend((t.name, a) for a, d in enumerate(t.shape) if d is None)
+        elif t.name in first and first[t.name].ndim > 0:
+            out.append((t.name, 0))
+    return out
+
+
+def forced_axes(spec: InputSpec, declared: Sequence[TensorSpec]) -> list[tuple[str, int]]:
+    """Axes the caller made dynamic: ``--dynamic``, or an ``--inputs`` dim given as a name/?."""
+    ranks = {t.name: len(t.shape) for t in declared if t.shape is not None}
+    out = []
+    for t in spec.tensors or ():
+        name = t.name if t.name in ranks else None
+        if name is None and len(spec.tensors or ()) == len(declared):
+            name = declared[list(spec.tensors or ()).index(t)].name  # positional override
+        if name is not None and t.shape is not None:
+            out.extend((name, a) for a, d in enumerate(t.shape) if not isinstance(d, int))
+    for name, axis, _ in spec.dynamic:
+        if name in ranks and -ranks[name] <= axis < ranks[name]:
+            out.append((name, axis % ranks[name]))
+    return list(dict.fromkeys(out))
 
 
 def check_dtypes(model: TfModel, inputs: Sequence[TensorSpec]) -> None:
@@ -96,24 +138,6 @@ def _show(shape: tuple[Any, ...] | None) -> str:
     return "?" if shape is None else "(" + ", ".join("?" if d is None else str(d) for d in shape) + ")"
 
 
-def _dynamic_batch(t: TensorSpec) -> TensorSpec:
-    if not t.shape:
-        return t
-    return TensorSpec(t.name, (None,) + tuple(t.shape[1:]), t.dtype)
-
-
-def _extra_dynamic(inputs: list[TensorSpec], dynamic: Sequence[tuple[str, int, str | None]]
-                   ) -> list[TensorSpec]:
-    out = []
-    for t in inputs:
-        shape = list(t.shape or ())
-        for name, axis, _ in dynamic:
-            if name == t.name and -len(shape) <= axis < len(shape):
-                shape[axis] = None
-        out.append(TensorSpec(t.name, tuple(shape) if t.shape is not None else None, t.dtype))
-    return out
-
-
 def _freeze(t: TensorSpec, samples: Mapping[str, np.ndarray] | None) -> TensorSpec:
     if samples and t.name in samples:
         return TensorSpec(t.name, tuple(int(d) for d in samples[t.name].shape), t.dtype)
@@ -130,7 +154,10 @@ def samples_by_name(samples: Any, inputs: Sequence[TensorSpec]) -> dict[str, np.
     if isinstance(samples, Sequence) and samples and all(isinstance(s, Mapping) for s in samples):
         samples = samples[0]
     if isinstance(samples, Mapping):
-        return {str(k): _numpy(v) for k, v in samples.items()}
+        names = {t.name for t in inputs}
+        # a frozen graph's tensor names: "x:0" is input "x"
+        return {(str(k).split(":")[0] if str(k) not in names and str(k).split(":")[0] in names
+                 else str(k)): _numpy(v) for k, v in samples.items()}
     values = list(samples) if isinstance(samples, (tuple, list)) else [samples]
     names = [t.name for t in inputs] or [f"input_{i}" for i in range(len(values))]
     if len(values) != len(names):
@@ -140,35 +167,63 @@ def samples_by_name(samples: Any, inputs: Sequence[TensorSpec]) -> dict[str, np.
 
 
 def _numpy(value: Any) -> np.ndarray:
-    return value.numpy() if hasattr(value, "numpy") else np.asarray(value)
+    array = value.numpy() if hasattr(value, "numpy") else np.asarray(value)
+    return as_text(array) if _is_text(array) else array
+
+
+def _is_text(array: np.ndarray) -> bool:
+    if array.dtype.kind in "US":
+        return True
+    return array.dtype.kind == "O" and array.size > 0 and all(
+        isinstance(v, (str, bytes)) for v in array.flat)
+
+
+def as_text(array: np.ndarray) -> np.ndarray:
+    """Strings as an object array of ``str`` (UTF-8 bytes decoded): what onnxruntime takes, and
+    TensorFlow encodes back to the same bytes."""
+    out = np.empty(array.shape, dtype=object)
+    for index, value in np.ndenumerate(array):
+        if isinstance(value, (bytes, np.bytes_)):
+            try:
+                value = bytes(value).decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise UsageError(f"a string sample is not UTF-8 text ({exc.reason} at byte {exc.start})",
+                                 "pass strings as UTF-8 text: ONNX string tensors hold UTF-8") from None
+        out[index] = str(value)
+    return out
+
+
+def dtype_name(array: np.ndarray) -> str:
+    return "str" if array.dtype.kind in "USO" and (array.dtype.kind != "O" or _is_text(array)) \
+        else array.dtype.name
 
 
 def make_feeds(model: TfModel, inputs: Sequence[TensorSpec], spec: InputSpec,
                seed: int = 0) -> list[dict[str, np.ndarray]]:
-    """Parity feeds in TF layout, keyed by input name; two batch sizes when the batch is dynamic."""
-    dynamic_batch = any(t.shape and t.shape[0] is None for t in inputs)
+    """The one parity feed of a static export (the samples, or drawn at ``inputs``' shapes)."""
     if spec.samples is not None:
-        first = samples_by_name(spec.samples, inputs)
-        return [first, _other_batch(first)] if dynamic_batch and not spec.static else [first]
-    count = 2 if any(t.shape is None or None in t.shape for t in inputs) else 1
-    feeds = []
-    for i in range(count):
-        rng = np.random.default_rng(seed + i)
-        feeds.append({t.name: _random(rng, _fill(t, i), t.dtype, model.int_high) for t in inputs})
-    return feeds
+        return [samples_by_name(spec.samples, inputs)]
+    return [draw(model, {t.name: _fill(t, 0) for t in inputs}, inputs, seed)]
 
 
-def _other_batch(feed: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """A second feed with another batch size made from the user's own sample."""
-    out = {}
-    for name, value in feed.items():
-        if value.ndim == 0:
-            out[name] = value
-        elif value.shape[0] > 1:
-            out[name] = value[:-1]
-        else:
-            out[name] = np.concatenate([value, value], axis=0)
-    return out
+def first_feed(model: TfModel, inputs: Sequence[TensorSpec], spec: InputSpec
+               ) -> tuple[dict[str, np.ndarray], bool]:
+    """(the first parity feed, whether unframe drew it): the user's samples, else drawn with open
+    axes at 2 (axis 0) or 8."""
+    if spec.samples is not None:
+        feed = samples_by_name(spec.samples, inputs)
+        missing = [t.name for t in inputs if t.name not in feed]
+        if missing:
+            raise UsageError(f"no sample given for input(s) {', '.join(map(repr, missing))}",
+                             f"give one sample per input ({', '.join(t.name for t in inputs)})")
+        return {t.name: feed[t.name] for t in inputs}, False
+    return draw(model, {t.name: _fill(t, 0) for t in inputs}, inputs), True
+
+
+def draw(model: TfModel, shapes: Mapping[str, tuple[int, ...]], inputs: Sequence[TensorSpec],
+         seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {t.name: _random(rng, tuple(shapes[t.name]), t.dtype, model.int_high) for t in inputs}
 
 
 def _fill(t: TensorSpec, which: int) -> tuple[int, ...]:
@@ -179,13 +234,14 @@ def _fill(t: TensorSpec, which: int) -> tuple[int, ...]:
                  for axis, d in enumerate(t.shape))
 
 
+
 def _random(rng: np.random.Generator, shape: tuple[int, ...], dtype: str, int_high: int
             ) -> np.ndarray:
     limits.check_array(shape, np.float64, "a parity input")  # drawn in float64, then cast
     if dtype == "bool":
         return rng.random(shape) < 0.5
     if dtype == "str":
-        return rng.choice(np.array([b"a", b"b", b"c"], dtype=object), size=shape)
+        return rng.choice(np.array(["a", "b", "c"], dtype=object), size=shape)
     if dtype == "bfloat16":
         return rng.standard_normal(shape).astype(np.float32)
     npdt = np.dtype(dtype)
@@ -201,3 +257,17 @@ def to_tf_specs(inputs: Sequence[TensorSpec], named: bool = True) -> list[Any]:
 
     return [tf.TensorSpec(t.shape, tf.string if t.dtype == "str" else tf.as_dtype(t.dtype),
                           name=t.name if named else None) for t in inputs]
+
+
+def call_specs(model: TfModel, inputs: Sequence[TensorSpec]) -> list[Any]:
+    """The arguments to trace ``model``'s function with: flat specs, or packed into the structure
+    its signature nests them in (a dict argument), each keeping the name its signature gave."""
+    specs = to_tf_specs(inputs, model.named_specs)
+    if model.structure is None:
+        return specs
+    import tensorflow as tf
+
+    originals = tf.nest.flatten(model.structure)
+    flat = [tf.TensorSpec(s.shape, s.dtype, name=o.name)
+            for s, o in zip(specs, originals, strict=True)]
+    return list(tf.nest.pack_sequence_as(model.structure, flat))

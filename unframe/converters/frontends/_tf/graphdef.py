@@ -1,0 +1,136 @@
+"""Frozen TF1 graphs: a ``GraphDef`` protobuf in a ``.pb`` file (the classic TF1 deployment file,
+``freeze_graph`` / ``convert_variables_to_constants``).
+
+* A ``.pb`` named ``saved_model.pb`` beside a SavedModel's files is that SavedModel; any other
+  ``.pb`` must parse as a ``GraphDef``.
+* Inputs: the graph's ``Placeholder`` nodes (``--inputs name:shape:dtype`` sets their shapes, by node
+  name, with or without the ``:0`` port). Outputs: option ``outputs`` (tensor names as tf2onnx's
+  ``--outputs y:0`` takes them, a list or a comma string), else every tensor no node consumes.
+  ONNX names are the node names (``y`` for ``y:0``; ``y_1`` for ``y:1``).
+* Running a frozen graph runs its ops: a graph with ops that read or write files or call into
+  Python (``ReadFile``, ``WriteFile``, ``PyFunc``, checkpoint ``Save``/``Restore``...) needs
+  ``--trust``. Parsing it runs nothing.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from unframe.errors import InputError, TrustRequiredError, UsageError
+from unframe.validate.runner import TensorSpec
+
+# Ops that touch the file system or run Python when the graph runs (parity runs it).
+UNSAFE_OPS = frozenset({
+    "ReadFile", "WriteFile", "MatchingFiles", "PyFunc", "PyFuncStateless", "EagerPyFunc",
+    "Save", "SaveV2", "SaveSlices", "Restore", "RestoreV2", "RestoreSlice", "MergeV2Checkpoints",
+    "ImmutableConst", "TFRecordReader", "TFRecordReaderV2", "FixedLengthRecordReader",
+    "FixedLengthRecordReaderV2", "TextLineReader", "TextLineReaderV2", "WholeFileReader",
+    "WholeFileReaderV2", "LookupTableImport", "InitializeTableFromTextFile",
+    "InitializeTableFromTextFileV2", "DebugIdentity", "DebugIdentityV2", "DebugIdentityV3",
+    "PrintV2", "Print", "WriteSummary", "WriteScalarSummary", "CreateSummaryFileWriter",
+})
+# Sinks that are no model output.
+NOT_OUTPUTS = frozenset({"NoOp", "Assert", "Const", "Placeholder", "PlaceholderWithDefault",
+                         "VarHandleOp", "VariableV2", "Variable", "AssignVariableOp", "Assign",
+                         "SaveV2", "RestoreV2", "MergeV2Checkpoints", "ControlTrigger"})
+
+
+def is_saved_model_file(path: Path) -> bool:
+    return path.name == "saved_model.pb" and path.parent.joinpath("variables").exists()
+
+
+def parse(path: Path) -> Any:
+    """The file's GraphDef (nothing in it runs)."""
+    import tensorflow as tf
+    from google.protobuf.message import DecodeError
+
+    graph_def = tf.compat.v1.GraphDef()
+    try:
+        graph_def.ParseFromString(path.read_bytes())
+    except (DecodeError, ValueError, RuntimeError) as exc:
+        raise InputError(f"{path}: not a frozen TensorFlow GraphDef ({type(exc).__name__}: {exc})",
+                         "pass a frozen graph .pb, a SavedModel directory, or a .keras/.h5/.tflite "
+                         "file") from None
+    if not graph_def.node:
+        raise InputError(f"{path}: the GraphDef has no nodes", "re-freeze the graph")
+    return graph_def
+
+
+def check_trust(path: Path, graph_def: Any, trust: bool) -> None:
+    ops = sorted({n.op for n in _all_nodes(graph_def)} & UNSAFE_OPS)
+    if ops and not trust:
+        raise TrustRequiredError(
+            f"{path}: the graph has op(s) {', '.join(ops)} that read or write files or call into "
+            "Python when it runs (parity runs it)",
+            "pass --trust (trust=True) only if you trust where the file came from")
+
+
+def _all_nodes(graph_def: Any) -> list[Any]:
+    nodes = list(graph_def.node)
+    for fn in graph_def.library.function:
+        nodes.extend(fn.node_def)
+    return nodes
+
+
+def placeholders(graph_def: Any) -> list[TensorSpec]:
+    import tensorflow as tf
+
+    from unframe.converters.frontends._tf.native import _np_name
+
+    out = []
+    for node in graph_def.node:
+        if node.op != "Placeholder":
+            continue
+        dtype = tf.dtypes.as_dtype(node.attr["dtype"].type)
+        shape_attr = node.attr["shape"].shape if "shape" in node.attr else None
+        shape = None
+        if shape_attr is not None and not shape_attr.unknown_rank:
+            shape = tuple(None if d.size < 0 else int(d.size) for d in shape_attr.dim)
+        out.append(TensorSpec(node.name, shape, _np_name(dtype)))
+    return out
+
+
+def tensor_name(name: str) -> str:
+    """``y`` -> ``y:0``; ``y:1`` stays."""
+    return name if ":" in name else f"{name}:0"
+
+
+def onnx_name(tensor: str) -> str:
+    """The ONNX name of a TF tensor: the node's name, ``_<port>`` appended past port 0."""
+    node, _, port = tensor.partition(":")
+    return node if port in ("", "0") else f"{node}_{port}"
+
+
+def outputs(path: Path, graph_def: Any, given: Any) -> list[str]:
+    """Output tensor names (``name:port``): the ``outputs`` option, else every unconsumed tensor."""
+    names = {n.name: n for n in graph_def.node}
+    if given:
+        wanted = [s.strip() for s in given.split(",")] if isinstance(given, str) else list(given)
+        missing = [w for w in wanted if w.split(":")[0] not in names]
+        if missing:
+            raise UsageError(f"{path}: no node named {', '.join(map(repr, missing))} in the graph",
+                             "pass --outputs with tensor names of the graph, e.g. y:0")
+        return [tensor_name(w) for w in wanted]
+    consumed = {i.lstrip("^").split(":")[0] for n in graph_def.node for i in n.input}
+    found = [f"{n.name}:0" for n in graph_def.node if n.name not in consumed and n.op not in NOT_OUTPUTS]
+    if not found:
+        raise UsageError(f"{path}: the graph has no unconsumed tensor to take as its output",
+                         "name the outputs with outputs=['y:0']")
+    return found
+
+
+class GraphSession:
+    """The frozen graph imported into its own ``tf.Graph``, run by a v1 ``Session``."""
+
+    def __init__(self, graph_def: Any) -> None:
+        import tensorflow as tf
+
+        self.graph = tf.Graph()
+        with self.graph.as_default():
+            tf.compat.v1.import_graph_def(graph_def, name="")
+        self.session = tf.compat.v1.Session(graph=self.graph)
+
+    def run(self, feeds: dict[str, Any], fetches: list[str]) -> list[Any]:
+        """``feeds`` by node name, ``fetches`` as tensor names."""
+        return list(self.session.run(fetches, {tensor_name(k): v for k, v in feeds.items()}))
