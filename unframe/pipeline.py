@@ -168,6 +168,7 @@ class Flow:
     notes: list[str] = field(default_factory=list)
     _feeds: list[dict[str, Any]] | None = None
     redrawn: bool = False  # other feeds were tried once for a degenerate reference
+    unstable: set[str] = field(default_factory=set)  # outputs the reference doesn't reproduce (random ops)
     before: ir.Model | None = None  # the graph as it was before the opset stage (for the locator)
     output: Path | None = None  # where this branch writes (the locator's folder goes beside it)
     divergence: Any = None  # what the locator found when a parity stage failed
@@ -191,7 +192,7 @@ class Flow:
         """Parity inputs: the exporter's, else the user's samples, else generated from the graph.
         Drawn only when a stage compares something (``validate=False`` never needs them)."""
         if self._feeds is None:
-            from unframe.validate.inputs import as_feed_list, generate_feeds
+            from unframe.validate.inputs import DYNAMIC_FILLS, as_feed_list, generate_feeds
 
             if self.model is not None:  # before any runtime loads it: weights, endless Loops
                 limits.check_runnable(self.model, source_text(self.source))
@@ -199,8 +200,9 @@ class Flow:
                 self._feeds = self.export.feeds
             elif self.settings.spec.samples is not None:
                 self._feeds = as_feed_list(self.settings.spec.samples)
-            else:
-                self._feeds = generate_feeds(self.model, source=source_text(self.source))
+            else:  # static: the artifact keeps the first feed's shapes, so no feed of other sizes
+                fills = DYNAMIC_FILLS[:1] if self.settings.spec.static else DYNAMIC_FILLS
+                self._feeds = generate_feeds(self.model, fills=fills, source=source_text(self.source))
         return self._feeds
 
     def pin_runners(self) -> None:
@@ -222,11 +224,15 @@ class Flow:
         return Flow(self.settings, self.source, self.frontend, native=self.native, export=self.export,
                     model=model, opset_path=list(self.opset_path),
                     report=ParityReport(list(self.report.stages)), reference=self.reference,
-                    timings=dict(self.timings), notes=list(self.notes), _feeds=self._feeds)
+                    timings=dict(self.timings), notes=list(self.notes), _feeds=self._feeds,
+                    unstable=set(self.unstable))
 
     def record(self, stage: StageParity) -> None:
         hint = ("nothing was written; loosen --atol/--rtol only if the difference is expected, or "
                 "report the model")
+        if stage.run_failure:  # the artifact, not the user's input: it can't be checked as it is
+            hint = ("nothing was written: the artifact could not be run to check it; report it with "
+                    "--debug output, or --no-validate writes it unchecked")
         if stage and stage.weak and self.settings.strict:
             stage.status, stage.reason = "failed", "weak (--strict-parity): " + "; ".join(stage.weak)
             hint = ("nothing was written; pass inputs that exercise the model (--sample-inputs), or "
@@ -713,14 +719,14 @@ class ParityStage(Stage):
             flow.reference = candidate
             return
         result = self._compare(flow, ref, candidate, flow.feeds)
-        if not result:  # the stage's own precision: a rounding floor (16-bit, or the source's float32)
-            retry = self.checks.recover(flow, candidate)
+        if not result and not result.run_failure:  # the stage's own precision: a rounding floor
+            retry = self.checks.recover(flow, candidate)  # (16-bit, or the source's float32)
             if retry is not None:
                 candidate = retry
                 result = self._compare(flow, ref, candidate, flow.feeds)
-        if result and result.weak and not flow.redrawn:
+        if result and any(not o.unstable for o in result.outputs if o.weak) and not flow.redrawn:
             result = self._redraw(flow, ref, candidate, result)
-        if not result and flow.settings.locate:
+        if not result and flow.settings.locate and not result.run_failure:
             flow.divergence = locate_failure(self.checks, flow, result)
         if result:
             self._generate(flow, ref, candidate, result)
@@ -755,11 +761,14 @@ class ParityStage(Stage):
 
     def _compare(self, flow: Flow, ref: Runner, candidate: Runner, feeds: list[dict[str, Any]]
                  ) -> StageParity:
+        from unframe.validate.inputs import drawn_from
+
         s = flow.settings
         with limits.time_limit(s.parity_seconds, f"the {self.checks.kind} parity check ({self.tool})"):
             try:
-                return compare(ref, candidate, feeds, s.atol, s.rtol, stage=self.checks.kind,
-                               **self.checks.compare_options(flow))
+                result = compare(ref, candidate, feeds, s.atol, s.rtol, stage=self.checks.kind,
+                                 unstable=flow.unstable, drawn_from=drawn_from(feeds),
+                                 **self.checks.compare_options(flow))
             except (UnframeError, KeyboardInterrupt):
                 raise
             except Exception as exc:  # a backend's runner (not Deferred) refusing its artifact
@@ -767,6 +776,26 @@ class ParityStage(Stage):
                                       f"({type(exc).__name__}: {io.first_line(exc)})",
                                       "report it with --debug output; --no-validate converts "
                                       "without running it") from exc
+        self._keep(flow, feeds, result)
+        return result
+
+    def _keep(self, flow: Flow, feeds: list[dict[str, Any]], result: StageParity) -> None:
+        """What a comparison learnt about the source, for the later stages: outputs it doesn't
+        reproduce (random ops), and feeds unframe drew that it can't run (dropped, with a note)."""
+        if result.unstable:
+            new = [n for n in result.unstable if n not in flow.unstable]
+            flow.unstable.update(result.unstable)
+            if new:
+                flow.notes.append(f"{self.checks.kind} parity: output(s) {', '.join(map(repr, new))} change "
+                                  "between two runs of the reference on the same input (random ops): "
+                                  "their shapes and dtypes are compared, not their values")
+        if result.dropped and feeds is flow.feeds:
+            from unframe.validate.inputs import DrawnFeeds
+
+            kept = [f for i, f in enumerate(feeds) if i not in result.dropped]
+            flow._feeds = DrawnFeeds(kept, len(kept)) if isinstance(feeds, DrawnFeeds) else kept
+            result.feeds_note = result.dropped_note
+            flow.notes.append(f"{self.checks.kind} parity: {result.dropped_note}")
 
     def _redraw(self, flow: Flow, ref: Runner, candidate: Runner, weak: StageParity) -> StageParity:
         """The reference proved nothing on these feeds: try feeds that exercise the model (once

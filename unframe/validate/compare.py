@@ -9,12 +9,13 @@ failing stage.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 
+from unframe.errors import ResourceLimitError, UnframeError
 from unframe.validate import tolerances
 from unframe.validate.runner import Runner
 
@@ -46,16 +47,26 @@ class OutputParity:
     passed: bool = True
     reason: str = ""
     top1: float | None = None  # classifier-like outputs: share of rows whose argmax agrees
+    top1_rows: int = 0  # the rows top1 counts, over every feed
     weak: str = ""  # why this output's reference proves nothing (near zero, constant, non-finite)
+    unstable: bool = False  # the reference changes between two runs on one feed: numbers not compared
+    allowed: float = 0.0  # the largest difference the tolerance allows an element (for the spread)
 
     def merge(self, other: OutputParity) -> None:
-        """Fold another feed's result for the same output into this one (worst case wins)."""
+        """Fold another feed's result for the same output into this one (worst case wins; top-1
+        agreement pooled over the rows of every feed)."""
         self.max_abs = max(self.max_abs, other.max_abs)
         self.max_rel = max(self.max_rel, other.max_rel)
         self.scale = max(self.scale, other.scale)
         self.rounding = max(self.rounding, other.rounding)
+        self.allowed = max(self.allowed, other.allowed)
         if other.top1 is not None:
-            self.top1 = other.top1 if self.top1 is None else min(self.top1, other.top1)
+            if self.top1 is None:
+                self.top1, self.top1_rows = other.top1, other.top1_rows
+            else:
+                rows = self.top1_rows + other.top1_rows
+                self.top1 = (self.top1 * self.top1_rows + other.top1 * other.top1_rows) / max(rows, 1)
+                self.top1_rows = rows
         self.mismatched += other.mismatched
         self.total += other.total
         if not other.passed and self.passed:
@@ -77,6 +88,11 @@ class StageParity:
     cut_ties: list[str] = field(default_factory=list)  # detections kept differently at a tied cut (weak)
     # a decoder's greedy tokens on both sides (unframe.validate.generate.GenerationParity)
     generation: Any = None
+    # the candidate's runner failed on a feed the reference ran: the error, named (else "")
+    run_failure: str = ""
+    unstable: list[str] = field(default_factory=list)  # outputs that change between two runs of the reference
+    dropped: list[int] = field(default_factory=list)  # feeds unframe drew that the reference can't run
+    dropped_note: str = ""  # why they were dropped
 
     def __bool__(self) -> bool:
         return self.status != FAILED
@@ -186,7 +202,8 @@ def compare(ref: Runner, out: Runner, feeds: Mapping[str, np.ndarray] | Sequence
             atol: tolerances.Override = None, rtol: tolerances.Override = None, *, stage: str = "",
             exact: Sequence[str] = (), defaults: Mapping[str, tuple[float, float]] | None = None,
             default_fn: Any = None, floors: Mapping[str, float] | None = None,
-            floor_origin: str = ROUNDING_16) -> StageParity:
+            floor_origin: str = ROUNDING_16, top1_floor: float = tolerances.TOP1_FLOOR,
+            unstable: Collection[str] = (), drawn_from: int | None = None) -> StageParity:
     """Run ``ref`` and ``out`` on each feed dict and compare every output.
 
     ``atol``/``rtol`` override the per-dtype defaults (a float for all outputs, or a mapping by
@@ -195,48 +212,164 @@ def compare(ref: Runner, out: Runner, feeds: Mapping[str, np.ndarray] | Sequence
     gives a backend's per-dtype defaults (e.g. fp16 compute). ``floors`` raises the default atol
     of an output to what rounding alone moves it by (16-bit rounding of the graph, or the
     source's own float32 error: ``unframe.validate.rounding``), ``floor_origin`` says which for
-    the report; a user's atol still wins.
+    the report; a user's atol still wins. A classifier-like output whose top-1 agrees on fewer
+    than ``top1_floor`` of the rows fails, whatever its absolute error.
+
+    An output that disagrees is checked against a second run of the reference on the same feed:
+    one that changes between the two (random ops) has only its shape and dtype compared and is
+    weak, as are the outputs named in ``unstable`` (found so at an earlier stage). A candidate
+    that can't run a feed the reference ran fails the stage, naming the feed and the error
+    (``run_failure``). Feeds from index ``drawn_from`` on were drawn by unframe with sizes it
+    guessed: one the reference itself can't run is dropped (``dropped``), not an error.
     """
     feed_list = [feeds] if isinstance(feeds, Mapping) else list(feeds)
     result = StageParity(stage or f"{ref.name} vs {out.name}", ref.name, out.name)
     merged: dict[str, OutputParity] = {}
     seen: dict[str, list[np.ndarray]] = {}
-    for feed in feed_list:
-        ref_out = ref.run(feed)
-        got = out.run(feed)
+    known = set(unstable)
+    for index, feed in enumerate(feed_list):
+        ref_out = _run_reference(ref, feed, index, drawn_from, result)
+        if ref_out is None:
+            continue
+        try:
+            got = out.run(feed)
+        except (ResourceLimitError, KeyboardInterrupt):
+            raise
+        except Exception as exc:  # noqa: BLE001 - the candidate failing on a feed fails the stage
+            result.status, result.run_failure = FAILED, _error_text(exc)
+            result.reason = (f"{out.name} can't run input set {index + 1} of {len(feed_list)} "
+                             f"({describe_feed(feed)}), which {ref.name} ran: {result.run_failure}")
+            return result
         pairs, problem = _pair_outputs(ref_out, got)
         if problem:
             result.status, result.reason = FAILED, problem
             return result
 
-        def slack(name: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        def tolerance_of(name: str, a: np.ndarray, b: np.ndarray) -> tolerances.Tolerance:
             floor = (floors or {}).get(name, 0.0) if name not in exact else 0.0
-            return _allowed(_tolerance(name, a, b, atol, rtol, exact, defaults, default_fn, floor), a)
+            return _tolerance(name, a, b, atol, rtol, exact, defaults, default_fn, floor)
+
+        def slack(name: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+            return _allowed(tolerance_of(name, a, b), a)
 
         pairs, reordered, cut = match_tied_rows(pairs, slack)
         if reordered and reordered not in result.reordered:
             result.reordered.append(reordered)
         if cut and cut not in result.cut_ties:
             result.cut_ties.append(cut)
+        ops = {name: _compare_pair(name, a, b, tolerance_of(name, a, b), floor_origin, top1_floor)
+               for name, (a, b) in pairs.items()}
+        known |= _changing_outputs(ref, feed, pairs, ops, known, tolerance_of, top1_floor)
         for name, (a, b) in pairs.items():
-            floor = (floors or {}).get(name, 0.0) if name not in exact else 0.0
-            tol = _tolerance(name, a, b, atol, rtol, exact, defaults, default_fn, floor)
-            op = compare_arrays(name, a, b, tol.atol, tol.rtol, of_scale=tol.of_scale, rounding=floor,
-                                atol_scales=tol.atol_scales, rounding_origin=floor_origin)
+            op = shape_only(name, a, b) if name in known else ops[name]
             seen.setdefault(name, []).append(a)
-            if name in merged:
+            if name in merged and (merged[name].unstable or not op.unstable):
                 merged[name].merge(op)
-            else:
+            else:  # first seen, or first found unstable: earlier feeds' numbers no longer count
                 merged[name] = op
         result.cases += 1
     result.outputs = list(merged.values())
     for o in result.outputs:
-        o.weak = degenerate(seen[o.name])
+        _judge(o, seen[o.name], top1_floor, o.name in known)
+    result.unstable = [o.name for o in result.outputs if o.unstable]
     bad = [o for o in result.outputs if not o.passed]
     if bad:
         result.status = FAILED
         result.reason = "; ".join(f"output {o.name!r}: {o.reason}" for o in bad)
     return result
+
+
+UNSTABLE = ("the reference changes between two runs on the same input (random ops?): only its "
+            "shape and dtype are compared")
+
+
+def _run_reference(ref: Runner, feed: Mapping[str, np.ndarray], index: int, drawn_from: int | None,
+                   result: StageParity) -> dict[str, np.ndarray] | None:
+    """The reference's outputs on ``feed``; None when it is a feed unframe drew itself (from
+    ``drawn_from`` on) that the reference can't run: that was unframe's guess of sizes (dims that
+    must agree, a fixed-size reshape), so the feed is dropped with a note, never blamed on the
+    user. The first feed (the user's samples, or the graph's declared shapes) raises as it did."""
+    try:
+        return ref.run(feed)
+    except (ResourceLimitError, KeyboardInterrupt):
+        raise
+    except Exception as exc:
+        if drawn_from is None or index < drawn_from:
+            raise
+        result.dropped.append(index)
+        result.dropped_note = (f"{ref.name} can't run the input set unframe drew with other sizes "
+                               f"({describe_feed(feed)}): {_error_text(exc)}; compared on the "
+                               "first input set's sizes only")
+        return None
+
+
+def _compare_pair(name: str, a: np.ndarray, b: np.ndarray, tol: tolerances.Tolerance,
+                  floor_origin: str, top1_floor: float) -> OutputParity:
+    op = compare_arrays(name, a, b, tol.atol, tol.rtol, of_scale=tol.of_scale, rounding=tol.floor,
+                        atol_scales=tol.atol_scales, rounding_origin=floor_origin, capped=tol.capped)
+    if op.passed and op.top1 is not None and op.top1 < top1_floor:
+        op.passed = False  # per feed: a second run of the reference tells random ops from a fault
+    return op
+
+
+def _changing_outputs(ref: Runner, feed: Mapping[str, np.ndarray],
+                      pairs: dict[str, tuple[np.ndarray, np.ndarray]], ops: dict[str, OutputParity],
+                      known: set[str], tolerance_of: Any, top1_floor: float) -> set[str]:
+    """The outputs that disagree on this feed because the reference itself changes from run to
+    run on it (random ops): found by running the reference once more, only when some output
+    disagrees (a stage that passes never pays for it)."""
+    failing = [n for n, op in ops.items() if not op.passed and n not in known]
+    if not failing:
+        return set()
+    try:
+        again = ref.run(feed)
+    except Exception:  # noqa: BLE001 - no second run, no evidence: the failure stands
+        return set()
+    again_pairs, problem = _pair_outputs(again, {n: pairs[n][0] for n in pairs})
+    if problem:
+        return set()
+    changed = set()
+    for name in failing:
+        first, second = pairs[name][0], again_pairs[name][0]
+        if first.shape == second.shape and not _compare_pair(
+                name, first, second, tolerance_of(name, first, first), ROUNDING_16, top1_floor).passed:
+            changed.add(name)
+    return changed
+
+
+def _judge(o: OutputParity, values: Sequence[np.ndarray], top1_floor: float, unstable: bool) -> None:
+    """After every feed: why the output is weak, and the top-1 floor over all its rows."""
+    if unstable:
+        o.unstable, o.weak = True, UNSTABLE
+        return
+    o.weak = degenerate(values, o.allowed)
+    if o.passed and o.top1 is not None and o.top1 < top1_floor:
+        o.passed = False
+        o.reason = (f"top-1 agrees on {o.top1:.0%} of {o.top1_rows} rows, below the floor of "
+                    f"{top1_floor:.0%} for a classifier-like output (max abs err {o.max_abs:.3g} "
+                    f"of the output scale {o.scale:.3g})")
+
+
+def shape_only(name: str, ref: np.ndarray, out: np.ndarray) -> OutputParity:
+    """An output whose values can't be reproduced: its shape and dtype kind still compared."""
+    res = OutputParity(name, list(ref.shape), list(out.shape), _dtype_name(ref), _dtype_name(out),
+                       total=int(ref.size), unstable=True)
+    if ref.shape != out.shape and not (ref.size == out.size and ref.size <= 1):
+        res.passed, res.reason = False, f"shape {list(out.shape)} differs from reference {list(ref.shape)}"
+    elif _kind(ref) != _kind(out):
+        res.passed, res.reason = False, f"dtype {res.out_dtype} differs from reference {res.ref_dtype}"
+    return res
+
+
+def describe_feed(feed: Mapping[str, Any]) -> str:
+    """``x [3, 4], mask [3]``: a feed's input names and shapes, for a message."""
+    return ", ".join(f"{k} {list(np.shape(v))}" for k, v in feed.items())
+
+
+def _error_text(exc: BaseException) -> str:
+    """A runner's failure in one line: the cause a typed wrapper (``Deferred``) put around it."""
+    cause = exc.__cause__ if isinstance(exc, UnframeError) and exc.__cause__ is not None else exc
+    return f"{type(cause).__name__}: {' '.join(str(cause).split())[:300] or type(cause).__name__}"
 
 
 MAX_TIED_ROWS = 1000  # detections per image beyond which rows are not re-matched
@@ -358,14 +491,15 @@ def _allowed(tol: tolerances.Tolerance, ref: np.ndarray) -> np.ndarray:
     """The absolute difference ``tol`` allows each element of ``ref``."""
     a = np.abs(ref.astype(np.float64))
     scale = float(np.max(a[np.isfinite(a)])) if np.any(np.isfinite(a)) else 0.0
-    atol = tol.atol * max(1.0, scale) if tol.atol_scales else tol.atol
-    return np.broadcast_to(atol + tol.rtol * (scale if tol.of_scale else a), a.shape)
+    return np.broadcast_to(tolerances.allowance(tol, a, scale), a.shape)
 
 
-def degenerate(values: Sequence[np.ndarray]) -> str:
+def degenerate(values: Sequence[np.ndarray], allowed: float = 0.0) -> str:
     """Why a float reference output proves nothing, or "" when it can tell a wrong candidate from
-    a right one: near zero for its dtype, the same for every feed (or one value everywhere), or
-    not finite. Integer, boolean and string outputs (labels) are compared exactly and never weak."""
+    a right one: near zero for its dtype, the same for every feed (or one value everywhere), not
+    finite, or spread over no more than ``allowed`` (the stage's tolerance) across its elements
+    and feeds: then a constant passes as well as the model (a softmax of 1/1000 + 1e-7
+    everywhere). Integer, boolean and string outputs (labels) are compared exactly and never weak."""
     arrays = [np.asarray(v) for v in values]
     if not arrays or _kind(arrays[0]) != "float" or any(a.size == 0 for a in arrays):
         return ""
@@ -381,6 +515,10 @@ def degenerate(values: Sequence[np.ndarray]) -> str:
         return f"the reference is one value everywhere ({wide[0].flat[0]:.4g})"
     if len(wide) > 1 and all(a.shape == wide[0].shape and np.array_equal(a, wide[0]) for a in wide[1:]):
         return "the reference is the same for every input set"
+    spread = max(float(np.max(a)) for a in wide) - min(float(np.min(a)) for a in wide)
+    if sum(a.size for a in wide) > 1 and spread <= allowed:
+        return (f"the reference spreads over {spread:.2g} across its elements and input sets, within "
+                f"the tolerance {allowed:.2g}: a constant would pass")
     return ""
 
 
@@ -443,19 +581,23 @@ def _tolerance(name: str, a: np.ndarray, b: np.ndarray, atol: tolerances.Overrid
             if backend is not None:
                 base = (max(base[0], backend[0]), max(base[1], backend[1]))
                 of_scale = isinstance(backend, tolerances.Tolerance) and backend.of_scale
-    atol_scales = not of_scale and name not in exact and not tolerances.given(atol, name)
-    return tolerances.Tolerance(tolerances.pick(atol, name, max(base[0], floor)),
-                                tolerances.pick(rtol, name, base[1]), of_scale, atol_scales)
+    user_atol, user_rtol = tolerances.given(atol, name), tolerances.given(rtol, name)
+    defaulted = name not in exact and not user_atol
+    return tolerances.Tolerance(tolerances.pick(atol, name, base[0]), tolerances.pick(rtol, name, base[1]),
+                                of_scale, atol_scales=defaulted, floor=floor if defaulted else 0.0,
+                                capped=of_scale and defaulted and not user_rtol)
 
 
 def compare_arrays(name: str, ref: np.ndarray, out: np.ndarray, atol: float, rtol: float, *,
                    of_scale: bool = False, rounding: float = 0.0, atol_scales: bool = False,
-                   rounding_origin: str = ROUNDING_16) -> OutputParity:
-    """Element-wise comparison; ``of_scale``: rtol is relative to the output's scale (its largest
-    finite |value|), not to each element (see ``unframe.validate.tolerances``); ``rounding``: the
-    rounding error the atol was raised to and ``rounding_origin`` what measured it, for the
-    report; ``atol_scales``: a default atol,
-    multiplied by max(1, the output's scale)."""
+                   rounding_origin: str = ROUNDING_16, capped: bool = False) -> OutputParity:
+    """Element-wise comparison under ``tolerances.Tolerance(atol, rtol, of_scale, atol_scales,
+    rounding, capped)`` (see ``unframe.validate.tolerances``): ``of_scale``, rtol is relative to
+    the output's scale (its largest finite |value|), not to each element; ``atol_scales``, a
+    default atol that follows the output's scale; ``rounding``, the atol floor that rounding
+    alone needs and ``rounding_origin`` what measured it, for the report; ``capped``, a 16-bit
+    default held within ``tolerances.MAX_16BIT_SHARE`` of the scale. Strings (bytes or str, any
+    UTF-8) and integers are compared exactly."""
     res = OutputParity(name, list(ref.shape), list(out.shape), _dtype_name(ref), _dtype_name(out),
                        atol=atol, rtol=rtol, of_scale=of_scale, rounding=rounding,
                        rounding_origin=rounding_origin, total=int(ref.size))
@@ -469,8 +611,9 @@ def compare_arrays(name: str, ref: np.ndarray, out: np.ndarray, atol: float, rto
     if kind_a != kind_b:
         res.passed, res.reason = False, f"dtype {res.out_dtype} differs from reference {res.ref_dtype}"
         return res
+    tol = tolerances.Tolerance(atol, rtol, of_scale, atol_scales, rounding, capped)
     if kind_a in ("str", "bool", "int") or (atol == 0 and rtol == 0 and kind_a != "float"):
-        eq = ref == out if kind_a != "str" else np.asarray(ref.astype(str) == out.astype(str))
+        eq = ref == out if kind_a != "str" else as_text(ref) == as_text(out)
         res.mismatched = int(np.size(eq) - np.count_nonzero(eq))
         if kind_a == "int" and ref.size:
             res.max_abs = float(np.max(np.abs(ref.astype(np.float64) - out.astype(np.float64))))
@@ -478,24 +621,47 @@ def compare_arrays(name: str, ref: np.ndarray, out: np.ndarray, atol: float, rto
         elif kind_a != "int":
             res.max_abs = float(res.mismatched > 0)
     else:
-        _compare_float(res, ref, out, atol, rtol, of_scale, atol_scales)
+        _compare_float(res, ref, out, tol)
         res.top1 = top1_agreement(ref, out, name)
-        atol = res.atol
+        res.top1_rows = int(np.prod(ref.shape[:-1])) if res.top1 is not None else 0
     if res.mismatched:
         res.passed = False
-        scaled = f" of the output scale {res.scale:.3g}" if of_scale else ""
-        if atol_scales and res.scale > 1:
-            scaled += f"; atol is the default times the output scale {res.scale:.3g}"
-        if rounding and atol >= rounding:
-            scaled += f"; atol raised to {rounding:.3g} by {rounding_origin}"
         res.reason = (f"{res.mismatched} of {res.total} elements differ "
                       f"(max abs err {res.max_abs:.3g}, max rel err {res.max_rel:.3g}, "
-                      f"atol {atol:g}, rtol {rtol:g}{scaled})")
+                      f"atol {res.atol:g}, rtol {rtol:g}{_tolerance_note(res, tol)})")
     return res
 
 
-def _compare_float(res: OutputParity, ref: np.ndarray, out: np.ndarray, atol: float, rtol: float,
-                   of_scale: bool = False, atol_scales: bool = False) -> None:
+def _tolerance_note(res: OutputParity, tol: tolerances.Tolerance) -> str:
+    """How the allowance was read, for a failure's reason."""
+    note = f" of the output scale {res.scale:.3g}" if tol.of_scale else ""
+    if tol.atol_scales and tol.of_scale and res.scale < 1:
+        note += f"; atol is the default times the output scale {res.scale:.3g}"
+    elif tol.atol_scales and not tol.of_scale and res.scale > 1:
+        note += f"; atol is the default times the output scale {res.scale:.3g}"
+    if tol.floor and res.atol >= tol.floor:
+        note += f"; atol raised to {tol.floor:.3g} by {res.rounding_origin}"
+    if tol.capped and res.allowed >= tolerances.MAX_16BIT_SHARE * res.scale > 0:
+        note += f"; capped at {tolerances.MAX_16BIT_SHARE:.0%} of the scale (16-bit)"
+    return note
+
+
+def as_text(values: np.ndarray) -> np.ndarray:
+    """String elements as Python str, for an exact comparison: bytes (TensorFlow's tf.string, a
+    numpy ``S`` array) decoded as UTF-8, str (onnxruntime, a numpy ``U`` array) as they are.
+    Bytes that are not UTF-8 are kept byte for byte (surrogate escapes), so they compare exactly
+    too."""
+    flat = np.asarray(values, dtype=object).reshape(-1)
+    text = np.empty(flat.shape, dtype=object)
+    for i, v in enumerate(flat):
+        if isinstance(v, (bytes, bytearray, np.bytes_)):
+            text[i] = bytes(v).decode("utf-8", errors="surrogateescape")
+        else:
+            text[i] = str(v)
+    return text.reshape(np.shape(values))
+
+
+def _compare_float(res: OutputParity, ref: np.ndarray, out: np.ndarray, tol: tolerances.Tolerance) -> None:
     a = ref.astype(np.float64)
     b = out.astype(np.float64)
     nan_a, nan_b = np.isnan(a), np.isnan(b)
@@ -506,9 +672,10 @@ def _compare_float(res: OutputParity, ref: np.ndarray, out: np.ndarray, atol: fl
     mag = np.abs(a)
     if diff.size:  # the reference's own finite values: a candidate's inf leaves the scale as it is
         res.scale = float(np.where(~(nan_a | inf_a), mag, 0.0).max())
-    if atol_scales:
-        atol = res.atol = atol * max(1.0, res.scale)
-    bad = special_bad | (finite & (diff > atol + rtol * (res.scale if of_scale else mag)))
+    res.atol = tolerances.effective_atol(tol, res.scale)
+    allowed = tolerances.allowance(tol, np.where(finite, mag, 0.0), res.scale)
+    res.allowed = float(np.max(allowed)) if np.size(allowed) else 0.0
+    bad = special_bad | (finite & (diff > allowed))
     res.mismatched = int(np.count_nonzero(bad))
     if diff.size:
         res.max_abs = float(diff.max())

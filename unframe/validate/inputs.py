@@ -1,7 +1,9 @@
 """Generated parity inputs for an ONNX graph, when the user gave none.
 
 Values are seeded. Dynamic dims are filled with small sizes; when any input has a dynamic dim
-a second feed with other sizes checks that the graph really is dynamic.
+a second feed with other sizes checks that the graph really is dynamic. Those other sizes are
+unframe's guess (dims that must agree, a fixed-size reshape may refuse them): the feeds come as
+``DrawnFeeds``, which say from which feed on parity may drop one the source itself can't run.
 """
 
 from __future__ import annotations
@@ -15,6 +17,21 @@ from unframe import limits
 from unframe.errors import InputError, UsageError
 
 DYNAMIC_FILLS = (2, 3)
+
+
+class DrawnFeeds(list):  # type: ignore[type-arg]
+    """Parity feeds unframe generated; those from ``drawn_from`` on have sizes it guessed (the
+    first has the graph's declared shapes, dynamic dims filled with the first fill)."""
+
+    def __init__(self, feeds: Sequence[dict[str, np.ndarray]], drawn_from: int = 1) -> None:
+        super().__init__(feeds)
+        self.drawn_from = drawn_from
+
+
+def drawn_from(feeds: Sequence[Mapping[str, np.ndarray]]) -> int | None:
+    """The index of the first feed unframe guessed the sizes of, or None when every feed is the
+    user's (or the graph's declared shapes)."""
+    return feeds.drawn_from if isinstance(feeds, DrawnFeeds) and len(feeds) > feeds.drawn_from else None
 
 
 def graph_inputs(model: ir.Model) -> list[ir.Value]:
@@ -36,7 +53,7 @@ def numpy_dtype(dt: ir.DataType | None) -> np.dtype:
 
 
 def generate_feeds(model: ir.Model, *, seed: int = 0, fills: Sequence[int] = DYNAMIC_FILLS,
-                   source: str = "the model") -> list[dict[str, np.ndarray]]:
+                   source: str = "the model") -> DrawnFeeds:
     inputs = graph_inputs(model)
     dynamic = any(_is_dynamic(v) for v in inputs)
     count = len(fills) if dynamic else 1
@@ -48,7 +65,7 @@ def generate_feeds(model: ir.Model, *, seed: int = 0, fills: Sequence[int] = DYN
         rng = np.random.default_rng(seed + i)
         feeds.append({v.name: random_tensor(rng, shapes[i][v.name], v.dtype, vocab.get(v.name))
                       for v in inputs})
-    return feeds
+    return DrawnFeeds(feeds)
 
 
 def check_feed_bytes(shapes: Sequence[Mapping[str, tuple[int, ...]]], dtypes: Mapping[str, np.dtype],
@@ -121,9 +138,11 @@ def load_npz(path: str) -> list[dict[str, np.ndarray]]:
 
 def as_feed_list(samples: Mapping[str, np.ndarray] | Sequence[Mapping[str, np.ndarray]]
                  ) -> list[dict[str, np.ndarray]]:
+    """The samples as a list of feeds; generated ones (``DrawnFeeds``, e.g. the zoo's) stay so."""
     if isinstance(samples, Mapping):
         return [{k: np.asarray(v) for k, v in samples.items()}]
-    return [{k: np.asarray(v) for k, v in s.items()} for s in samples]
+    feeds = [{k: np.asarray(v) for k, v in s.items()} for s in samples]
+    return DrawnFeeds(feeds, samples.drawn_from) if isinstance(samples, DrawnFeeds) else feeds
 
 
 # ----------------------------------------------------------------- feeds that exercise a model --

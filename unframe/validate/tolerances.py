@@ -10,6 +10,11 @@ order of the values accumulated into it (a logit is a sum over a layer's activat
 own magnitude: an element-wise rtol fails the small logits of an output whose large ones agree to
 three digits, as fp16 can't do better. A user's --rtol keeps the backend's reading.
 
+A 16-bit default atol is of the scale too below a scale of 1 (``atol * min(1, scale)``): an
+absolute atol of 0.02 on an output of scale 0.1 would pass an error of a fifth of it. And whatever
+raises it (the measured rounding floor), a 16-bit default allowance never exceeds
+``MAX_16BIT_SHARE`` of the output's scale, so an error of a tenth of an output always fails.
+
 The default atol is absolute for outputs of scale up to 1 and relative to the scale beyond
 (``atol * max(1, scale)``): float32's error on an element computed from values of magnitude S is
 of the order of S times float32's epsilon, whatever the element's own size (a near-zero pixel of a
@@ -33,12 +38,49 @@ DEFAULTS: dict[str, tuple[float, float]] = {
 
 Override = float | Mapping[str, float] | None
 
+# A classifier-like output (``compare.top1_agreement``: [N, classes] scores, [N, T, vocab] logits)
+# whose argmax agrees on fewer than this share of its rows (pooled over the feeds) fails its stage,
+# whatever its absolute error: a softmax of 1/1000 + 1e-7 everywhere passes any tolerance.
+TOP1_FLOOR = 0.5
+
+
+# A 16-bit default allowance (atol, rtol and any rounding floor together) stays within this share
+# of the output's scale: well below a tenth, so a 10 % error never passes.
+MAX_16BIT_SHARE = 0.08
+
 
 class Tolerance(NamedTuple):
     atol: float
     rtol: float
     of_scale: bool = False  # rtol multiplies the output's scale, not each element's own magnitude
-    atol_scales: bool = False  # atol multiplies max(1, the output's scale): a default, not a user's
+    # a default atol, not a user's: it follows the output's scale (times max(1, scale); for a
+    # 16-bit ``of_scale`` tolerance times min(1, scale))
+    atol_scales: bool = False
+    floor: float = 0.0  # what rounding alone moves the output by (validate.rounding): absolute
+    capped: bool = False  # a 16-bit default (no --atol/--rtol given): within MAX_16BIT_SHARE of the scale
+
+
+def effective_atol(tol: Tolerance, scale: float) -> float:
+    """The absolute part of what ``tol`` allows on an output whose largest |value| is ``scale``
+    (for a 16-bit tolerance, before the rounding floor and the cap: see ``allowance``)."""
+    atol = tol.atol
+    if tol.atol_scales:
+        atol *= min(1.0, scale) if tol.of_scale else max(1.0, scale)
+    return atol if tol.of_scale else max(atol, tol.floor)
+
+
+def allowance(tol: Tolerance, magnitude: np.ndarray | float, scale: float) -> np.ndarray | float:
+    """The absolute difference ``tol`` allows an element of reference magnitude ``magnitude``
+    (element-wise) on an output whose largest finite |value| is ``scale``.
+
+    Element-wise: ``max(atol, floor) + rtol * |ref|``. Of the scale (16-bit):
+    ``max(atol + rtol * scale, floor)``, within ``MAX_16BIT_SHARE * scale`` unless the user set
+    a tolerance: the measured rounding floor stands in for the backend's guess, it doesn't add."""
+    atol = effective_atol(tol, scale)
+    if not tol.of_scale:
+        return atol + tol.rtol * magnitude
+    allowed = max(atol + tol.rtol * scale, tol.floor)
+    return min(allowed, MAX_16BIT_SHARE * scale) if tol.capped else allowed
 
 
 def default_for(ref: np.dtype, out: np.dtype) -> tuple[float, float]:

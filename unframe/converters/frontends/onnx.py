@@ -18,7 +18,7 @@ from unframe.converters.base import ConvertOptions, ExportResult, Frontend, Inpu
 from unframe.converters.registry import register_frontend
 from unframe.distributions import dist_version
 from unframe.opset import main_opset
-from unframe.validate.inputs import generate_feeds
+from unframe.validate.inputs import DYNAMIC_FILLS, generate_feeds
 from unframe.validate.onnxruntime import onnx_runner, untrusted_graphs
 from unframe.validate.runner import Runner
 
@@ -75,4 +75,6 @@ def _feeds(model: ir.Model, spec: InputSpec) -> list[dict[str, Any]]:
 
     if spec.samples is not None:
         return as_feed_list(spec.samples)
-    return generate_feeds(model)
+    # static: one feed of the declared shapes; else a second, of sizes unframe guessed, that
+    # parity drops (with a note) if the graph itself can't run it (``inputs.DrawnFeeds``)
+    return generate_feeds(model, fills=DYNAMIC_FILLS[:1] if spec.static else DYNAMIC_FILLS)
