@@ -200,17 +200,25 @@ def test_a_model_without_ml_ops_gets_no_lower_stage(mlp_path: Path) -> None:
 
 
 def test_unlowerable_ml_op_is_an_exit_4_blocker_on_coreml(tmp_path: Path) -> None:
-    """An SVC with probability estimates: refused before Core ML is touched, naming the op."""
+    """A CategoryMapper (no lowering): refused before Core ML is touched, naming the op."""
     pytest.importorskip("coremltools", reason="needs coremltools")
-    from sklearn.svm import SVC
+    import onnx
+    from onnx import TensorProto
+    from onnx import helper as oh
 
     from unframe.errors import UnsupportedError
 
-    model = SVC(probability=True, random_state=0).fit(X[:100], Y3[:100])
+    node = oh.make_node("CategoryMapper", ["x"], ["y"], domain="ai.onnx.ml", name="mapper",
+                        cats_strings=["a", "b"], cats_int64s=[1, 2])
+    graph = oh.make_graph([node], "g", [oh.make_tensor_value_info("x", TensorProto.STRING, [None])],
+                          [oh.make_tensor_value_info("y", TensorProto.INT64, [None])])
+    path = tmp_path / "mapper.onnx"
+    onnx.save(oh.make_model(graph, opset_imports=[oh.make_opsetid("", 18), oh.make_opsetid("ai.onnx.ml", 3)],
+                            ir_version=10), path)
     with pytest.raises(UnsupportedError) as err:
-        unframe.convert(model, to="coreml", sample_inputs=X[:20])
+        unframe.convert(path, to="coreml", sample_inputs={"x": np.array(["a", "b", "a"], dtype=object)})
     assert err.value.exit_code == 4
-    assert any(b.op == "SVMClassifier" and "probability" in b.reason for b in err.value.blockers)
+    assert any(b.op == "CategoryMapper" for b in err.value.blockers)
 
 
 def test_core_ml_classifier_package_from_a_forest() -> None:

@@ -60,15 +60,23 @@ class SklearnFrontend(Frontend):
 
     def load(self, source: Any, opts: ConvertOptions) -> Any:
         from unframe.converters.frontends._sklearn.load import load_file
+        from unframe.converters.frontends._sklearn.quiet import warnings_to_debug_log
 
         if isinstance(source, (str, Path)):
-            return load_file(Path(source), opts.trust)
+            with warnings_to_debug_log(f"loading {Path(source).name}"):
+                return load_file(Path(source), opts.trust)
         if not self.accepts_object(source):
             raise InputError(f"{type(source).__name__} is not a scikit-learn estimator",
                              "pass a fitted estimator, a Pipeline, or a .skops file")
         return source
 
     def to_onnx(self, native: Any, spec: InputSpec, opts: ConvertOptions) -> ExportResult:
+        from unframe.converters.frontends._sklearn.quiet import warnings_to_debug_log
+
+        with warnings_to_debug_log("converting with skl2onnx"):
+            return self._to_onnx(native, spec, opts)
+
+    def _to_onnx(self, native: Any, spec: InputSpec, opts: ConvertOptions) -> ExportResult:
         import onnx_ir as ir
 
         from unframe.converters.frontends._sklearn import export as ex

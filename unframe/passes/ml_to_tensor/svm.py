@@ -11,7 +11,9 @@ Kernels: LINEAR x.sv, POLY (gamma x.sv + coef0)^degree, SIGMOID tanh(gamma x.sv 
 exp(-gamma sum((x - sv)^2)) from the differences themselves (as onnxruntime does, not the
 expanded ``|x|^2 + |sv|^2 - 2 x.sv``, which loses digits when x lies near a support vector).
 Without support vectors the model is liblinear's: one row of coefficients per class.
-Probability estimates (``prob_a``/``prob_b``: libsvm's iterative pairwise coupling) are refused.
+Probability estimates (``prob_a``/``prob_b``, ``SVC(probability=True)``): libsvm's pairwise
+coupling, a Loop of its coordinate-descent sweeps (``coupling.py``); the label stays the vote's,
+as in libsvm and onnxruntime.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from collections.abc import Sequence
 import numpy as np
 import onnx_ir as ir
 
+import unframe.passes.ml_to_tensor.coupling as coupling
 import unframe.passes.ml_to_tensor.scores as scores
 from unframe.passes.ml_to_tensor.builder import Emitter
 from unframe.passes.ml_to_tensor.registry import LowerContext, Unsupported, attr_value, lowering
@@ -113,9 +116,7 @@ def _labels(node: ir.Node) -> np.ndarray:
 
 def _check_classifier(node: ir.Node) -> list[str]:
     out = []
-    if attr_value(node, "prob_a"):
-        out.append("probability estimates (prob_a/prob_b: libsvm's iterative pairwise coupling) "
-                   "are not lowered; convert the SVC with probability=False")
+    out.extend(_check_probabilities(node))
     try:
         _kind(node)
     except Unsupported as why:
@@ -127,8 +128,26 @@ def _check_classifier(node: ir.Node) -> list[str]:
     return out
 
 
+def _check_probabilities(node: ir.Node) -> list[str]:
+    """What libsvm's coupling needs: one (A, B) per pair, scores written as they come."""
+    prob_a, prob_b = attr_value(node, "prob_a") or [], attr_value(node, "prob_b") or []
+    per_class = attr_value(node, "vectors_per_class") or []
+    if not prob_a or not sum(int(v) for v in per_class):
+        return []  # liblinear models: onnxruntime ignores the estimates, and so does the lowering
+    c = len(_labels(node))
+    out = []
+    if len(prob_a) != c * (c - 1) // 2 or len(prob_b) != len(prob_a):
+        out.append(f"{len(prob_a)} prob_a / {len(prob_b)} prob_b values for {c} classes "
+                   f"(one per pair: {c * (c - 1) // 2})")
+    post = attr_value(node, "post_transform", "NONE")
+    if post != "NONE":
+        out.append(f"post_transform {post} on probability estimates")
+    return out
+
+
 @lowering("SVMClassifier", check=_check_classifier,
-          summary="kernel, one-vs-one decision values by MatMul, votes, ArgMax")
+          summary="kernel, one-vs-one decision values by MatMul, votes, ArgMax; probability "
+                  "estimates by libsvm's pairwise coupling (a Loop of its sweeps)")
 def svm_classifier(ctx: LowerContext) -> Sequence[ir.Value]:
     node = ctx.node
     labels = _labels(node)
@@ -167,6 +186,9 @@ def _one_vs_one(ctx: LowerContext, labels: np.ndarray, per_class: list[int]) -> 
                     dtype=F)
     index = emit.op("ArgMax", [votes], {"axis": 1, "keepdims": 0}, dtype=I64)
     label = emit.gather(emit.const(labels, "labels"), index)
+    if attr_value(node, "prob_a"):  # the label stays the vote's, as in libsvm
+        prob_a, prob_b = _floats(node, "prob_a"), _floats(node, "prob_b")
+        return [label, coupling.probabilities(emit, d, prob_a, prob_b, c)]
     post = ctx.attr("post_transform", "NONE")
     if len(pairs) > 1:
         return [label, scores.transform(emit, d, post)]
