@@ -230,6 +230,10 @@ class Flow:
     def record(self, stage: StageParity) -> None:
         hint = ("nothing was written; loosen --atol/--rtol only if the difference is expected, or "
                 "report the model")
+        if any(o.top1_failed for o in stage.outputs):
+            hint = ("nothing was written; the classes are decided by differences this stage doesn't "
+                    "keep: pass inputs that exercise the model (--sample-inputs), compute in fp32 "
+                    "(--precision fp32), or report the model")
         if stage.run_failure:  # the artifact, not the user's input: it can't be checked as it is
             hint = ("nothing was written: the artifact could not be run to check it; report it with "
                     "--debug output, or --no-validate writes it unchecked")

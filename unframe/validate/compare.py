@@ -51,6 +51,7 @@ class OutputParity:
     weak: str = ""  # why this output's reference proves nothing (near zero, constant, non-finite)
     unstable: bool = False  # the reference changes between two runs on one feed: numbers not compared
     allowed: float = 0.0  # the largest difference the tolerance allows an element (for the spread)
+    top1_failed: bool = False  # within the tolerance, but its top-1 agreement is below the floor
 
     def merge(self, other: OutputParity) -> None:
         """Fold another feed's result for the same output into this one (worst case wins; top-1
@@ -257,7 +258,7 @@ def compare(ref: Runner, out: Runner, feeds: Mapping[str, np.ndarray] | Sequence
             result.reordered.append(reordered)
         if cut and cut not in result.cut_ties:
             result.cut_ties.append(cut)
-        ops = {name: _compare_pair(name, a, b, tolerance_of(name, a, b), floor_origin, top1_floor)
+        ops = {name: _compare_pair(name, a, b, tolerance_of(name, a, b), floor_origin)
                for name, (a, b) in pairs.items()}
         known |= _changing_outputs(ref, feed, pairs, ops, known, tolerance_of, top1_floor)
         for name, (a, b) in pairs.items():
@@ -304,12 +305,14 @@ def _run_reference(ref: Runner, feed: Mapping[str, np.ndarray], index: int, draw
 
 
 def _compare_pair(name: str, a: np.ndarray, b: np.ndarray, tol: tolerances.Tolerance,
-                  floor_origin: str, top1_floor: float) -> OutputParity:
-    op = compare_arrays(name, a, b, tol.atol, tol.rtol, of_scale=tol.of_scale, rounding=tol.floor,
-                        atol_scales=tol.atol_scales, rounding_origin=floor_origin, capped=tol.capped)
-    if op.passed and op.top1 is not None and op.top1 < top1_floor:
-        op.passed = False  # per feed: a second run of the reference tells random ops from a fault
-    return op
+                  floor_origin: str) -> OutputParity:
+    return compare_arrays(name, a, b, tol.atol, tol.rtol, of_scale=tol.of_scale, rounding=tol.floor,
+                          atol_scales=tol.atol_scales, rounding_origin=floor_origin, capped=tol.capped)
+
+
+def _disagrees(op: OutputParity, top1_floor: float) -> bool:
+    """On one feed: beyond the tolerance, or a top-1 agreement below the floor."""
+    return not op.passed or (op.top1 is not None and op.top1 < top1_floor)
 
 
 def _changing_outputs(ref: Runner, feed: Mapping[str, np.ndarray],
@@ -318,7 +321,7 @@ def _changing_outputs(ref: Runner, feed: Mapping[str, np.ndarray],
     """The outputs that disagree on this feed because the reference itself changes from run to
     run on it (random ops): found by running the reference once more, only when some output
     disagrees (a stage that passes never pays for it)."""
-    failing = [n for n, op in ops.items() if not op.passed and n not in known]
+    failing = [n for n, op in ops.items() if _disagrees(op, top1_floor) and n not in known]
     if not failing:
         return set()
     try:
@@ -331,8 +334,8 @@ def _changing_outputs(ref: Runner, feed: Mapping[str, np.ndarray],
     changed = set()
     for name in failing:
         first, second = pairs[name][0], again_pairs[name][0]
-        if first.shape == second.shape and not _compare_pair(
-                name, first, second, tolerance_of(name, first, first), ROUNDING_16, top1_floor).passed:
+        if first.shape == second.shape and _disagrees(_compare_pair(
+                name, first, second, tolerance_of(name, first, first), ROUNDING_16), top1_floor):
             changed.add(name)
     return changed
 
@@ -344,7 +347,7 @@ def _judge(o: OutputParity, values: Sequence[np.ndarray], top1_floor: float, uns
         return
     o.weak = degenerate(values, o.allowed)
     if o.passed and o.top1 is not None and o.top1 < top1_floor:
-        o.passed = False
+        o.passed, o.top1_failed = False, True
         o.reason = (f"top-1 agrees on {o.top1:.0%} of {o.top1_rows} rows, below the floor of "
                     f"{top1_floor:.0%} for a classifier-like output (max abs err {o.max_abs:.3g} "
                     f"of the output scale {o.scale:.3g})")
