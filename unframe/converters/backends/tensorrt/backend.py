@@ -327,9 +327,16 @@ def support_rows() -> list[dict[str, str]]:
 
 def support_markdown() -> list[str]:
     """The TensorRT section of docs/support.md, from ``support_rows()``."""
+    from unframe.converters.backends.tensorrt.cumsum import MAX_EXACT_LENGTH as MAX_EXACT_CUMSUM
+
     lines = ["## TensorRT ONNX operators", "",
              "From TensorRT's ONNX parser documentation (TRT 10.15); pre-flight checks each node "
              "against it. Ops of other domains need a TensorRT plugin.", "",
+             "Pre-flight reads the graph after unframe's preparation, which rewrites three parser "
+             "refusals exactly: Einsum subscripts renamed to lower case (the parser reads a-z only), "
+             "integer CumSum summed as float32 base-16 digits (exact for any values over at most "
+             f"{MAX_EXACT_CUMSUM:,} elements), and a Loop whose trip count is only in its condition "
+             "(over constants) given that count as M (the parser sizes scan outputs from M).", "",
              "TensorRT-RTX (the CPU-buildable flavour) lacks some of these, and pre-flight names them "
              "when it is the TensorRT installed: implemented with plugins it doesn't ship: "
              + ", ".join(sorted(preflight.PLUGIN_OPS))
