@@ -346,15 +346,17 @@ class LoadStage(Stage):
 class ExportStage(Stage):
     kind = "export"
 
-    def __init__(self, frontend: Frontend, opset: int | None) -> None:
+    def __init__(self, frontend: Frontend, opset: int | None, targets: tuple[str, ...] = ()) -> None:
         super().__init__(f"{frontend.name} exporter", f"to ONNX opset {opset}" if opset else "to ONNX",
                          frontend.versions())
         self.frontend = frontend
         self.opset = opset
+        self.targets = targets  # the backends the export feeds (ConvertOptions.targets)
         self._noise: tuple[Any, Any, str] | None = None  # (feeds, RoundingError, runner) once measured
 
     def run(self, flow: Flow) -> None:
         opts = flow.settings.convert_options(self.opset)
+        opts.targets = self.targets
         flow.export = self.frontend.to_onnx(flow.native, flow.settings.spec, opts)
         flow.model = flow.export.model
         flow.opset_path = [o for o in [main_opset(flow.model)] if o]

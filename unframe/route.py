@@ -276,7 +276,7 @@ def plan(request: Request) -> Route:
     validate = request.settings.validate
     route.prefix.append(pl.LoadStage(fe, src))
     if fe.exports:
-        export = pl.ExportStage(fe, export_opset)
+        export = pl.ExportStage(fe, export_opset, tuple(be.name for be in backends))
         route.prefix.append(export)
         if validate:
             route.prefix.append(pl.ParityStage(export, f"{fe.name}", "onnxruntime",

@@ -59,6 +59,9 @@ class ConvertOptions:
     options: dict[str, Any] = field(default_factory=dict)
     # False when the user turned parity checks off: a stage may skip its own checks too
     validate: bool = True
+    # The backends the export feeds (all the targets of the call, in the export stage): a frontend
+    # may fit what it exports to what they all hold (a bfloat16 model for CoreML)
+    targets: tuple[str, ...] = ()
 
     def get(self, name: str, default: Any = None) -> Any:
         value = self.options.get(name)

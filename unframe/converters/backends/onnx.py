@@ -17,6 +17,7 @@ import onnx
 import onnx_ir as ir
 
 from unframe import io
+from unframe import opset as facts
 from unframe.converters.base import Artifact, Backend, Target
 from unframe.converters.registry import register_backend
 from unframe.errors import Blocker, UsageError
@@ -26,6 +27,9 @@ from unframe.version_converter.types import infer_shapes
 
 # 16-bit compute an ONNX graph can be given, with its (atol, rtol) against the float32 graph
 LOW_PRECISIONS = {"fp16": (1e-2, 1e-2), "bf16": (6e-2, 6e-2)}
+HALVES = (ir.DataType.BFLOAT16, ir.DataType.FLOAT16)
+# the highest opset a 16-bit graph is raised to when no --opset was given (onnxruntime runs it)
+HIGHEST_RAISE = 23
 
 
 @register_backend
@@ -42,6 +46,10 @@ class OnnxBackend(Backend):
         return ("onnx", "onnx-ir")
 
     def check(self, model: ir.Model, target: Target) -> list[Blocker]:
+        if half_refusals(model, main_opset(model)):
+            # convert gives those nodes their 16-bit type (a higher opset) or float32: check that
+            model = model.clone()
+            cast_around(model, half_refusals(model, main_opset(model)))
         return onnx_checker_blockers(model)
 
     def changes_compute(self, target: Target) -> bool:
@@ -80,10 +88,20 @@ class OnnxBackend(Backend):
                          + (f" and {kept} node(s) planned for float32" if kept else "") + " stay in float32")
         remove_dead_values(model)
         notes += rewrite_hazards(model)
-        return Artifact(kind="onnx", model=model, notes=notes,
-                        metadata={"unframe.precision": precision} if precision != "fp32" else {})
+        raised, fitted = fit_halves(model, target.opset is None)
+        notes += fitted
+        metadata = {"unframe.precision": precision} if precision != "fp32" else {}
+        if raised:
+            metadata[RAISED] = str(raised)
+        return Artifact(kind="onnx", model=model, notes=notes, metadata=metadata)
 
     def stamp(self, artifact: Artifact, provenance: dict[str, str]) -> None:
+        raised = artifact.metadata.get(RAISED)
+        if raised and "opset_path" in provenance:  # the opset this backend raised the graph to
+            import json
+
+            path = json.loads(provenance["opset_path"])
+            provenance = {**provenance, "opset_path": json.dumps([*path, raised])}
         artifact.metadata.update(provenance)
         io.stamp_onnx(artifact.model, provenance)
 
@@ -105,6 +123,118 @@ class OnnxBackend(Backend):
         model exported from live parameters no longer follows them (nor holds them)."""
         if len(written) > 1 and isinstance(artifact.model, ir.Model):
             io.adopt_external_weights(artifact.model, next(p for p in written if p.suffix == ".onnx"))
+
+
+RAISED = "unframe.raised_opset"
+
+
+def main_opset(model: ir.Model) -> int:
+    return int(model.opset_imports.get("", 1))
+
+
+def fit_halves(model: ir.Model, may_raise: bool) -> tuple[int | None, list[str]]:
+    """A bfloat16 (or float16) graph whose ops don't take that type at its opset (ONNX Conv takes
+    bfloat16 from opset 22; torch exports at 18): raised to the lowest opset where they all do when
+    the user fixed none (``may_raise``), else those nodes compute in float32 between Casts that
+    keep every other tensor, and the graph's inputs and outputs, as they were. Returns the opset
+    raised to (None: not raised) and the notes.
+
+    Before (opset 18): ``y:bf16 = Conv(x:bf16, W:bf16)``
+    After, raised:     the same node at opset 22
+    After, cast:       ``y = Cast(Conv(Cast(x, float), Cast(W, float)), bfloat16)``"""
+    opset = main_opset(model)
+    refused = half_refusals(model, opset)
+    if not refused:
+        return None, []
+    ops = sorted({n.op_type for n in refused})
+    kinds = sorted({_half_name(n) for n in refused})
+    target = lowest_opset(model, opset)
+    if may_raise and target is not None:
+        from unframe import version_converter
+
+        version_converter.convert_opset(model, target)
+        return target, [f"opset raised from {opset} to {target}: ONNX {', '.join(ops)} take "
+                        f"{'/'.join(kinds)} from opset {target} (--opset {opset} keeps the opset and "
+                        "computes them in float32)"]
+    cast_around(model, refused)
+    keeps = f"; --opset {target} keeps {'/'.join(kinds)}" if target is not None else ""
+    return None, [f"{len(refused)} node(s) ({', '.join(ops)}) compute in float32 between Casts: ONNX "
+                  f"{', '.join(ops)} at opset {opset} don't take {'/'.join(kinds)}{keeps}"]
+
+
+def half_refusals(model: ir.Model, opset: int) -> list[ir.Node]:
+    """Nodes with a bfloat16/float16 input or output that their schema at ``opset`` refuses."""
+    from unframe.version_converter.generic import allowed_types
+
+    refused = []
+    for node in ir.traversal.RecursiveGraphIterator(model.graph):
+        if node.domain not in ("", "ai.onnx"):
+            continue
+        schema = facts.schema_at(node.op_type, opset)
+        if schema is None:
+            continue
+        for values, params in ((node.inputs, schema.inputs), (node.outputs, schema.outputs)):
+            bad = [i for i, v in enumerate(values) if v is not None and v.dtype in HALVES
+                   and (allowed := allowed_types(schema, params, i)) is not None
+                   and f"tensor({v.dtype.name.lower()})" not in allowed]
+            if bad:
+                refused.append(node)
+                break
+    return refused
+
+
+def lowest_opset(model: ir.Model, opset: int) -> int | None:
+    """The lowest opset above ``opset`` at which no node refuses its 16-bit types."""
+    for candidate in range(opset + 1, HIGHEST_RAISE + 1):
+        if not half_refusals(model, candidate):
+            return candidate
+    return None
+
+
+def cast_around(model: ir.Model, nodes: list[ir.Node]) -> None:
+    """Each node computes in float32: its 16-bit inputs Cast up, its 16-bit outputs Cast back
+    (consumers and graph outputs see the same names and types as before)."""
+    for node in nodes:
+        graph = node.graph
+        assert graph is not None
+        for i, value in enumerate(node.inputs):
+            if value is not None and value.dtype in HALVES:
+                up = ir.node("Cast", [value], {"to": ir.DataType.FLOAT}, name=f"{node.name}_in{i}_fp32")
+                up.outputs[0].name = f"{node.name}_in{i}_fp32"
+                up.outputs[0].type = ir.TensorType(ir.DataType.FLOAT)
+                up.outputs[0].shape = value.shape
+                graph.insert_before(node, up)
+                node.replace_input_with(i, up.outputs[0])
+        for i, value in enumerate(node.outputs):
+            if value.dtype in HALVES:
+                _cast_back(graph, node, value, f"{node.name}_out{i}")
+
+
+def _cast_back(graph: ir.Graph, node: ir.Node, value: ir.Value, label: str) -> None:
+    """``value`` becomes float32 under a new name; a Cast gives its old name and type back."""
+    half = value.dtype
+    users = list(value.uses())
+    name = value.name
+    value.name = f"{label}_fp32"
+    value.type = ir.TensorType(ir.DataType.FLOAT)
+    down = ir.node("Cast", [value], {"to": half}, name=f"{label}_back")
+    down.outputs[0].name = name
+    down.outputs[0].type = ir.TensorType(half)
+    down.outputs[0].shape = value.shape
+    graph.insert_after(node, down)
+    for user, index in users:
+        user.replace_input_with(index, down.outputs[0])
+    if graph.outputs:
+        for j, out in enumerate(graph.outputs):
+            if out is value:
+                graph.outputs[j] = down.outputs[0]
+
+
+def _half_name(node: ir.Node) -> str:
+    for v in [*node.inputs, *node.outputs]:
+        if v is not None and v.dtype in HALVES:
+            return "bfloat16" if v.dtype == ir.DataType.BFLOAT16 else "float16"
+    return "16-bit"
 
 
 def remove_dead_values(model: ir.Model) -> None:

@@ -9,6 +9,7 @@ when the exported batch axis is dynamic.
 
 from __future__ import annotations
 
+import contextlib
 import time
 import weakref
 from dataclasses import replace
@@ -19,6 +20,7 @@ import onnx_ir as ir
 
 from unframe import io
 from unframe.converters.base import ConvertOptions, ExportResult, Frontend, InputSpec
+from unframe.converters.frontends._torch import dynamic as dyn
 from unframe.converters.frontends._torch import export as exp
 from unframe.converters.frontends._torch import inputs as inp
 from unframe.converters.frontends._torch import kvcache
@@ -134,21 +136,39 @@ class TorchFrontend(Frontend):
         if device is not None and float32_shortcut_was_on(device.type):
             notes.append(f"float32 math on {device.type.upper()} was allowed TF32/bf16 shortcuts: unframe ran "
                          "the model in full float32, as the graph computes, and left the setting as it was")
-        # the samples as parity will feed them, copied before any run (a forward may write its input)
-        fed = {n: a.copy() for n, a in inp.feeds(inputs, False)[0].items()}
+        fn = callable_of(module)
+        fed = inp.feeds(inputs)  # the samples as parity will feed them, copied before any run
         started = time.perf_counter()
-        eager = run_model(callable_of(module), inputs.args, inputs.kwargs, what)
+        eager = run_model(fn, inputs.args, inputs.kwargs, what)
+        probe = None
+        if not (_is_exported_program(native) and _exported_shapes_static(native)):
+            probe, probe_notes = dyn.prove(fn, inputs, what)  # the batch axis: only where proven
+            notes += probe_notes
+            dyn.use_as_example(inputs, probe)
         eager_seconds = time.perf_counter() - started
         outputs = inp.output_names(eager, given_outputs)
         if _is_exported_program(native) and (spec.dynamic or spec.static):
             notes.append("an ExportedProgram's shapes were fixed by torch.export; "
                          "--static/--dynamic don't change them")
-        model, route, workdir = self._export(module, inputs, outputs, opts, notes, what)
+        widen = prec.widen_for(module, opts.get("precision"), opts.targets, what)
+        saved = prec.float32_inputs(inputs) if widen else None
+        with prec.in_float32(module) if widen else contextlib.nullcontext():
+            model, route, workdir, inputs, probe = self._export(module, inputs, probe, outputs, opts,
+                                                               notes, what, device)
+            if widen:
+                prec.own_float32_weights(model)
+        if widen:  # the graph takes float32; the model (parity's reference) its own bfloat16
+            prec.restore_inputs(inputs, saved)
+            notes.append(widen)
+            fed = _as_float32(fed)
+            if probe is not None:
+                probe.feed = _as_float32(probe.feed)
         self._adopt_graph_names(model, inputs, outputs, what)
         if module is not native:
             kvcache.name_dims(model)
-        dynamic_batch = _batch_is_dynamic(model, inputs)
-        if inputs.batch is not None and not dynamic_batch:  # (--static leaves inputs.batch None)
+        if probe is not None:
+            notes.append(dyn.dynamic_note(inputs, probe))
+        elif _is_exported_program(native) and _exported_shapes_static(native):
             notes.append(_static_batch_note(native))
         if not io.has_external_tensors(model) and io.tensor_bytes(model) > io.EXTERNAL_DATA_THRESHOLD:
             # The graph reads the live parameters until the run ends: an output is written from
@@ -156,9 +176,10 @@ class TorchFrontend(Frontend):
             # copy (``io.snapshot_weights``): never a private copy on the way (4.7 GB at Llama-1B).
             notes.append(f"weights past {io.EXTERNAL_DATA_THRESHOLD / 2**30:g} GiB: kept in external data")
         extra: dict[str, Any] = {"inputs": inputs, "output_names": outputs, "module": module}
-        feeds = inp.feeds(inputs, dynamic_batch, first=fed)
-        if opts.validate:  # the eager run is parity's reference on the samples: not run twice
-            extra["eager"] = (fed, [inp.numpy_of(t).copy() for t in flat_outputs(eager)])
+        feeds = [_renamed(fed, inputs)] + ([_renamed(probe.feed, inputs)] if probe is not None else [])
+        if opts.validate:  # the eager runs are parity's reference on those feeds: not run twice
+            ran = [inp.numpy_of(t).copy() for t in flat_outputs(eager)]
+            extra["eager"] = [(feeds[0], ran)] + ([(feeds[1], probe.outputs)] if probe else [])
         del eager
         if workdir is not None and io.has_external_tensors(model):
             extra["workdir"] = workdir  # the lazy tensors live there; keep it while the result does
@@ -191,8 +212,13 @@ class TorchFrontend(Frontend):
                              "--inputs name:shape:dtype")
         return inp.finalize(fn, args, kwargs, spec, what)
 
-    def _export(self, native: Any, inputs: inp.ModelInputs, outputs: list[str],
-                opts: ConvertOptions, notes: list[str], what: str) -> tuple[ir.Model, str, Any]:
+    def _export(self, native: Any, inputs: inp.ModelInputs, probe: dyn.Probe | None, outputs: list[str],
+                opts: ConvertOptions, notes: list[str], what: str, device: Any
+                ) -> tuple[ir.Model, str, Any, inp.ModelInputs, dyn.Probe | None]:
+        """The first exporter that takes the model: with the proven batch axis, else (it refused
+        the axis, or its graph fixes it) the same exporter again with the samples' shapes,
+        before the next exporter. Returns the graph, the route, its folder, the inputs it was
+        exported with and the probe when its batch is in the graph (None: one batch size)."""
         forced = opts.get("exporter")
         if forced is not None and forced not in EXPORTERS:
             raise UsageError(f"--exporter {forced}: unknown exporter", "use dynamo or torchscript")
@@ -203,24 +229,32 @@ class TorchFrontend(Frontend):
         for route in tried:
             bounds = exp.DYNAMO_OPSETS if route == "dynamo" else exp.TORCHSCRIPT_OPSETS
             opset = exp.clamp(wanted, bounds)
-            workdir = exp.new_workdir() if route == "torchscript" else None
-            try:
-                model = self._run_exporter(route, native, inputs, outputs, opset, workdir)
-            except Exception as exc:
-                if workdir is not None:
-                    workdir.cleanup()
-                data_dependent = data_dependent or exp.is_data_dependent(exc)
-                failures.append(exp.explain(exc, f"{route} export of {what}"))
-                continue
-            if failures:
-                retried = "TorchScript" if route == "torchscript" else "dynamo"
-                notes.append(f"{failures[0]}; retried with the {retried} exporter"
-                             + (" (it records the branch the samples take)"
-                                if data_dependent and route == "torchscript" else ""))
-            if opset != wanted:
-                notes.append(f"the {route} exporter supports opsets {bounds[0]}-{bounds[1]}: "
-                             f"exported at {opset}, the version converter takes it to {wanted}")
-            return model, route, workdir
+            attempt = inputs
+            while True:
+                workdir = exp.new_workdir() if route == "torchscript" else None
+                try:
+                    model = self._run_exporter(route, native, attempt, outputs, opset, workdir, what, device)
+                except Exception as exc:
+                    if workdir is not None:
+                        workdir.cleanup()
+                    line = exp.explain(exc, f"{route} export of {what}")
+                    if attempt.guessed and not exp.is_data_dependent(exc):
+                        notes.append(dyn.static_note(attempt, f"the {route} exporter refused it ({line})"))
+                        attempt = attempt.static_copy()
+                        continue  # the same exporter with the samples' shapes
+                    data_dependent = data_dependent or exp.is_data_dependent(exc)
+                    failures.append(line)
+                    break
+                why = dyn.taken(model, attempt, probe) if probe is not None and attempt.guessed else ""
+                if why:
+                    if workdir is not None:
+                        workdir.cleanup()
+                    notes.append(dyn.static_note(attempt, why))
+                    attempt = attempt.static_copy()
+                    continue
+                self._exported_notes(route, opset, wanted, bounds, failures, data_dependent, notes)
+                kept = probe if probe is not None and attempt is inputs else None
+                return model, route, workdir, attempt, kept
         quantized = quantization_modules(native)
         if quantized:
             raise UnsupportedError(
@@ -231,8 +265,20 @@ class TorchFrontend(Frontend):
         raise exp.conversion_error(failures, data_dependent, tried,
                                    exported_program=_is_exported_program(native))
 
+    @staticmethod
+    def _exported_notes(route: str, opset: int, wanted: int, bounds: tuple[int, int], failures: list[str],
+                        data_dependent: bool, notes: list[str]) -> None:
+        if failures:
+            retried = "TorchScript" if route == "torchscript" else "dynamo"
+            notes.append(f"{failures[0]}; retried with the {retried} exporter"
+                         + (" (it records the branch the samples take)"
+                            if data_dependent and route == "torchscript" else ""))
+        if opset != wanted:
+            notes.append(f"the {route} exporter supports opsets {bounds[0]}-{bounds[1]}: "
+                         f"exported at {opset}, the version converter takes it to {wanted}")
+
     def _run_exporter(self, route: str, native: Any, inputs: inp.ModelInputs, outputs: list[str],
-                      opset: int, workdir: Any) -> ir.Model:
+                      opset: int, workdir: Any, what: str, device: Any) -> ir.Model:
         import torch
 
         if route == "dynamo":
@@ -242,8 +288,8 @@ class TorchFrontend(Frontend):
             if _exported_shapes_static(native):  # the program's guards hold it to its shapes
                 inputs = replace(inputs, dynamic={}, batch=None)
             return exp.export_torchscript(exp.unlifted(native, inputs), inputs, outputs, opset,
-                                          Path(workdir.name))
-        return exp.export_torchscript(native, inputs, outputs, opset, Path(workdir.name))
+                                          Path(workdir.name), what, device)
+        return exp.export_torchscript(native, inputs, outputs, opset, Path(workdir.name), what, device)
 
     def _adopt_graph_names(self, model: ir.Model, inputs: inp.ModelInputs, outputs: list[str],
                            what: str) -> None:
@@ -267,8 +313,8 @@ class TorchFrontend(Frontend):
     def runner(self, native: Any, export: ExportResult) -> Runner:
         runner = TorchRunner(export.extra.get("module", native), export.extra["inputs"],
                              export.extra["output_names"], self.describe(native))
-        if "eager" in export.extra:
-            runner.remember(*export.extra.pop("eager"))
+        for fed, outputs in export.extra.pop("eager", []):
+            runner.remember(fed, outputs)
         return runner
 
     def precise_runner(self, native: Any, export: ExportResult) -> Runner | None:
@@ -359,13 +405,10 @@ def _with_option_dynamic(spec: InputSpec, opts: ConvertOptions) -> InputSpec:
     return replace(spec, dynamic=[*spec.dynamic, *extra])
 
 
-def _batch_is_dynamic(model: ir.Model, inputs: inp.ModelInputs) -> bool:
-    if inputs.batch is None:
-        return False
-    by_name = {v.name: v for v in model.graph.inputs}
-    for name, axes in inputs.dynamic.items():
-        value = by_name.get(name)
-        if 0 in axes and value is not None and value.shape is not None and len(value.shape) > 0:
-            if not isinstance(value.shape[0], int):
-                return True
-    return False
+def _as_float32(feed: dict[str, Any]) -> dict[str, Any]:
+    return {n: (a.astype("float32") if str(a.dtype) == "bfloat16" else a) for n, a in feed.items()}
+
+
+def _renamed(feed: dict[str, Any], inputs: inp.ModelInputs) -> dict[str, Any]:
+    """A feed drawn before the export, by the graph's input names (same order)."""
+    return dict(zip(inputs.names, feed.values(), strict=True))

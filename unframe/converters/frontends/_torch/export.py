@@ -23,6 +23,8 @@ from typing import Any
 
 import onnx_ir as ir
 
+from unframe import quiet as native_logs
+from unframe.converters.frontends._torch import isolate
 from unframe.converters.frontends._torch.inputs import (
     ModelInputs,
     dynamic_shapes,
@@ -30,6 +32,8 @@ from unframe.converters.frontends._torch.inputs import (
     param_names,
 )
 from unframe.errors import ConversionError, UnframeError, UnsupportedError
+
+LOG = logging.getLogger("unframe.torch")
 
 DYNAMO_OPSETS = (18, 23)  # torchlib is written at 18; torch converts up to ONNX_MAX_OPSET
 TORCHSCRIPT_OPSETS = (7, 20)
@@ -41,20 +45,29 @@ def clamp(opset: int, bounds: tuple[int, int]) -> int:
 
 @contextlib.contextmanager
 def quiet() -> Iterator[None]:
-    """The exporters print progress and warnings; the report says what matters."""
+    """The exporters print progress, warnings and listings (torch.export prints the partial FX
+    graph of each failed attempt on ``sys.stderr``: thousands of lines before a fallback); the
+    report says what matters. What they print goes to the debug log (logger ``unframe.torch``),
+    native output on fd 2 to ``unframe.quiet``'s capture; ``--debug`` lets both through."""
     loggers = [logging.getLogger(n) for n in ("torch.onnx", "torch.export", "torch._dynamo",
                                               "torch.fx.experimental.symbolic_shapes",
                                               "onnxscript", "torch._export")]
     levels = [lg.level for lg in loggers]
     for lg in loggers:
         lg.setLevel(logging.ERROR)
+    printed = io.StringIO()
+    keep = native_logs.debug_enabled()
     try:
-        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        with warnings.catch_warnings(), contextlib.redirect_stdout(printed), \
+                (contextlib.nullcontext() if keep else contextlib.redirect_stderr(printed)), \
+                native_logs.quiet_native_logs():
             warnings.simplefilter("ignore")
             yield
     finally:
         for lg, level in zip(loggers, levels, strict=True):
             lg.setLevel(level)
+        if printed.getvalue().strip():
+            LOG.debug("the torch exporter printed:\n%s", printed.getvalue())
 
 
 _TORCHLIB_OPS: dict[str, Any] = {}
@@ -134,30 +147,45 @@ EXPORTED_PROGRAM = "unframe.torch.exported_program"  # ir.Model.meta key (never 
 def _trailing_dict_by_name(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any], shapes: Any
                            ) -> tuple[tuple[Any, ...], dict[str, Any], Any]:
     """torch.onnx reads a trailing dict in ``args`` as keyword arguments when ``kwargs`` is
-    empty; pass such a dict argument by its parameter name instead (same leaf order)."""
+    empty; pass such a dict argument by its parameter name instead (same leaf order). Shapes
+    given by parameter name (a dict) bind the same either way."""
     params = param_names(model) or []
     if kwargs or not args or not isinstance(args[-1], dict) or len(args) > len(params):
         return args, kwargs, shapes
     name = params[len(args) - 1]
-    if shapes is not None:
+    if isinstance(shapes, (tuple, list)):
         shapes = {**{params[i]: s for i, s in enumerate(shapes[:-1])}, name: shapes[-1]}
     return args[:-1], {name: args[-1]}, shapes
 
 
 def export_torchscript(model: Any, inputs: ModelInputs, outputs: list[str] | None, opset: int,
-                       workdir: Path) -> ir.Model:
+                       workdir: Path, what: str = "the model", device: Any = None) -> ir.Model:
+    """The TorchScript exporter, in a forked child where it can be (``isolate``): a failed
+    trace can corrupt torch's heap, and the next conversion in this process would die of it."""
+    path = workdir / "model.onnx"
+
+    def step() -> None:
+        _trace(model, inputs, outputs, opset, path)
+
+    if isolate.can_fork(device):
+        isolate.run(step, lambda exc: (explain(exc, f"torchscript export of {what}"),
+                                       is_data_dependent(exc)),
+                    f"the TorchScript export of {what}")
+    else:
+        step()
+    return ir.load(str(path))
+
+
+def _trace(model: Any, inputs: ModelInputs, outputs: list[str] | None, opset: int, path: Path) -> None:
     import torch
 
     args, call_kwargs = export_example(inputs)
     if args and isinstance(args[-1], dict) and not call_kwargs:
         args = (*args, {})  # a trailing dict would otherwise be read as keyword arguments
-    path = workdir / "model.onnx"
     with quiet():
         torch.onnx.export(model, args, str(path), kwargs=call_kwargs or None, dynamo=False,
                           opset_version=opset, input_names=inputs.names, output_names=outputs,
                           dynamic_axes=inputs.dynamic or None, verbose=False)
-    model_ir = ir.load(str(path))
-    return model_ir
 
 
 def new_workdir() -> tempfile.TemporaryDirectory[str]:
@@ -175,6 +203,8 @@ _DATA_DEPENDENT = ("GuardOnDataDependentSymNode", "data-dependent", "DataDepende
 
 def explain(exc: BaseException, what: str) -> str:
     """One line: what failed, where in the user's code, and the op."""
+    if isinstance(exc, isolate.ChildFailure):
+        return exc.line  # explained in the child, where the chain and its frames were
     chain = _chain(exc)
     text = "\n".join(f"{type(e).__name__}: {e}" for e in chain)
     root = chain[-1]
@@ -188,6 +218,8 @@ def explain(exc: BaseException, what: str) -> str:
 
 
 def is_data_dependent(exc: BaseException) -> bool:
+    if isinstance(exc, isolate.ChildFailure):
+        return exc.data_dependent
     text = "\n".join(f"{type(e).__name__}: {e}" for e in _chain(exc))
     return any(marker in text for marker in _DATA_DEPENDENT)
 

@@ -32,6 +32,19 @@ class ModelInputs:
     names: list[str] = field(default_factory=list)  # ONNX input names, one per tensor leaf
     dynamic: dict[str, dict[int, str]] = field(default_factory=dict)  # name -> {axis: dim}
     batch: int | None = None  # the samples' batch size when the batch axis is dynamic
+    # inputs whose axis 0 is dynamic by unframe's guess (not the user's word): kept only where
+    # the model runs with it changed and the export takes it (``_torch/dynamic.py``)
+    guessed: set[str] = field(default_factory=set)
+    # what the exporters trace with, when not the samples: (args, kwargs) the model ran on
+    example: tuple[tuple[Any, ...], dict[str, Any]] | None = None
+
+    def static_copy(self) -> ModelInputs:
+        """The same inputs with unframe's guessed axes fixed (the user's own stay dynamic)."""
+        dynamic = {n: {a: d for a, d in axes.items() if not (a == 0 and n in self.guessed)}
+                   for n, axes in self.dynamic.items()}
+        dynamic = {n: axes for n, axes in dynamic.items() if axes}
+        batch = self.batch if any(0 in axes for axes in dynamic.values()) else None
+        return ModelInputs(self.args, self.kwargs, list(self.names), dynamic, batch, set(), None)
 
     def leaves(self) -> tuple[list[Any], Any]:
         import torch.utils._pytree as pytree
@@ -152,12 +165,30 @@ def from_samples(model: Any, samples: Any, what: str) -> tuple[tuple[Any, ...], 
             and samples[0] and all(k in params for k in samples[0]):
         samples = samples[0]  # a list of feed dicts (an .npz): the first one, by input name
     if isinstance(samples, Mapping):
-        if samples and all(k in params for k in samples):
+        if samples and (all(k in params for k in samples) or _takes_by_name(model, samples)):
             return bind(model, (), dict(samples), what)
         return bind(model, (dict(samples),), {}, what)
     if isinstance(samples, (tuple, list)):
         return bind(model, tuple(samples), {}, what)
     return bind(model, (samples,), {}, what)
+
+
+def _takes_by_name(model: Any, samples: Mapping[str, Any]) -> bool:
+    """A forward with ``**kwargs`` takes a dict of samples by name when the dict names every
+    parameter the forward requires (``forward(x, **kwargs)`` with {"x": ..., "scale": ...});
+    else the dict is one argument."""
+    try:
+        sig = inspect.signature(getattr(model, "forward", model))
+    except (TypeError, ValueError):
+        return False
+    params = list(sig.parameters.values())
+    if not any(p.kind is p.VAR_KEYWORD for p in params):
+        return False
+    required = [p.name for p in params if p.default is p.empty
+                and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    if required:
+        return all(name in samples for name in required)
+    return all(isinstance(k, str) for k in samples)
 
 
 def to_torch(obj: Any) -> Any:
@@ -323,6 +354,8 @@ def _unique(name: str, taken: list[str]) -> str:
 
 # ------------------------------------------------------------------------------ dynamic axes --
 def _decide_dynamic(inputs: ModelInputs, spec: InputSpec, listed: set[str] = frozenset()) -> None:
+    """Candidate axes: axis 0 of every input whose axis 0 has the first input's size (a guess:
+    ``guessed``, proven or dropped by ``_torch/dynamic.py``), plus the axes the user named."""
     tensors = dict(zip(inputs.names, inputs.tensor_leaves(), strict=True))
     if not spec.static:
         batched = [t for name, t in tensors.items() if t.dim() >= 1 and name not in listed]
@@ -331,11 +364,14 @@ def _decide_dynamic(inputs: ModelInputs, spec: InputSpec, listed: set[str] = fro
             for name, t in tensors.items():
                 if t.dim() >= 1 and int(t.shape[0]) == inputs.batch and name not in listed:
                     inputs.dynamic.setdefault(name, {})[0] = BATCH_DIM
+                    inputs.guessed.add(name)
     for ts in spec.tensors or []:
         if ts.name in tensors and ts.shape is not None and not spec.static:
             for axis, dim in enumerate(ts.shape):
                 if not isinstance(dim, int) and axis > 0:
                     inputs.dynamic.setdefault(ts.name, {})[axis] = dim or f"{ts.name}_dim{axis}"
+                elif not isinstance(dim, int) and axis == 0 and 0 in inputs.dynamic.get(ts.name, {}):
+                    inputs.guessed.discard(ts.name)  # the user's spec says axis 0 is free
     for name, axis, dim in spec.dynamic:
         if name not in tensors:
             raise UsageError(f"--dynamic {name}:{axis}: the model has no input {name!r}",
@@ -344,10 +380,14 @@ def _decide_dynamic(inputs: ModelInputs, spec: InputSpec, listed: set[str] = fro
             raise UsageError(f"--dynamic {name}:{axis}: {name} has only {tensors[name].dim()} axes",
                              "count axes from 0")
         inputs.dynamic.setdefault(name, {})[axis] = dim or f"{name}_dim{axis}"
+        inputs.guessed.discard(name)
 
 
 def dynamic_shapes(inputs: ModelInputs, model: Any) -> Any:
-    """torch.export's dynamic_shapes mirroring (args, kwargs): {axis: name} per tensor leaf."""
+    """torch.export's dynamic_shapes: {axis: name} per tensor leaf, None for every other leaf,
+    in the structure torch.export binds the inputs to: by parameter name, a ``*args`` parameter
+    as one tuple and a ``**kwargs`` one as one dict (what ``signature.bind(...).arguments``
+    gives, as torch.export does). Without a signature to bind to: positional, as given."""
     import torch
     import torch.utils._pytree as pytree
 
@@ -356,6 +396,12 @@ def dynamic_shapes(inputs: ModelInputs, model: Any) -> Any:
     marks = [inputs.dynamic.get(next(names)) if isinstance(x, torch.Tensor) else None
              for x in leaves]
     args_ds, kwargs_ds = pytree.tree_unflatten(marks, treespec)
+    sig = _forward_signature(model)
+    if sig is not None:
+        try:
+            return dict(sig.bind(*args_ds, **kwargs_ds).arguments)
+        except TypeError:
+            pass
     if not kwargs_ds:
         return tuple(args_ds)
     params = param_names(model) or []
@@ -364,10 +410,23 @@ def dynamic_shapes(inputs: ModelInputs, model: Any) -> Any:
     return out
 
 
-def export_example(inputs: ModelInputs) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    """The inputs to trace with: a batch of 1 is repeated to 2, since torch.export specializes
-    size-1 dims and the batch would come out static."""
+def _forward_signature(model: Any) -> inspect.Signature | None:
+    import torch
 
+    if isinstance(model, torch.jit.ScriptModule):
+        return None
+    try:
+        return inspect.signature(model.forward if isinstance(model, torch.nn.Module) else model)
+    except (TypeError, ValueError):
+        return None
+
+
+def export_example(inputs: ModelInputs) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The inputs to trace with: those the probe ran the model on when the samples have a batch
+    of 1 (torch.export specializes size-1 dims: the batch would come out static); else a batch of
+    1 is repeated to 2 for an axis the user made dynamic."""
+    if inputs.example is not None:
+        return inputs.example
     if inputs.batch != 1:
         return inputs.args, inputs.kwargs
     grown = {name: (t.repeat(2, *([1] * (t.dim() - 1))) if 0 in inputs.dynamic.get(name, {}) else t)
@@ -376,16 +435,23 @@ def export_example(inputs: ModelInputs) -> tuple[tuple[Any, ...], dict[str, Any]
 
 
 # ------------------------------------------------------------------------------------ feeds --
-def feeds(inputs: ModelInputs, batch_is_dynamic: bool, seed: int = 0,
-          first: dict[str, np.ndarray] | None = None) -> list[dict[str, np.ndarray]]:
-    """The samples as numpy feeds (``first``: as taken before the model ran), plus the same rows
-    at another batch size when the exported batch axis is dynamic (rows are re-drawn from the
-    samples so integer inputs stay valid)."""
-    if first is None:
-        first = {n: numpy_of(t) for n, t in zip(inputs.names, inputs.tensor_leaves(), strict=True)}
-    if not batch_is_dynamic or inputs.batch is None:
-        return [first]
-    size = inputs.batch + 1 if inputs.batch > 1 else 3
-    rows = np.random.default_rng(seed).integers(0, inputs.batch, size=size)
-    second = {n: (a[rows] if 0 in inputs.dynamic.get(n, {}) else a) for n, a in first.items()}
-    return [first, second]
+def feeds(inputs: ModelInputs) -> dict[str, np.ndarray]:
+    """The inputs' tensors as one numpy feed, by ONNX input name (copies)."""
+    return {n: numpy_of(t).copy() for n, t in zip(inputs.names, inputs.tensor_leaves(), strict=True)}
+
+
+def probe_size(batch: int) -> int:
+    """The batch size the probe runs the model at: another one than the samples'."""
+    return batch + 1 if batch > 1 else 3
+
+
+def probe_tensors(inputs: ModelInputs, names: set[str], seed: int = 0) -> dict[str, Any]:
+    """The samples with axis 0 of ``names`` re-drawn at ``probe_size`` (rows of the samples,
+    so integer inputs stay valid ids), the other inputs as they are."""
+    import torch
+
+    assert inputs.batch is not None
+    rows = np.random.default_rng(seed).integers(0, inputs.batch, size=probe_size(inputs.batch))
+    index = torch.from_numpy(rows)
+    return {n: (t.index_select(0, index.to(t.device)) if n in names else t)
+            for n, t in zip(inputs.names, inputs.tensor_leaves(), strict=True)}

@@ -11,11 +11,15 @@ is the backends' job (ONNX, CoreML and TensorRT read the same option and keep th
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from unframe.errors import UsageError
 
+# Backends whose runtime holds no bfloat16 tensor, and what they hold instead
+NO_BFLOAT16 = {"coreml": "CoreML holds float16 and float32, not bfloat16"}
 NAMES = {"fp32": "float32", "float32": "float32", "fp16": "float16", "float16": "float16",
          "half": "float16", "bf16": "bfloat16", "bfloat16": "bfloat16"}
 LOW = ("float16", "bfloat16")
@@ -54,6 +58,74 @@ def apply(native: Any, precision: str | None, what: str) -> Cast | None:
     native.to(new)
     return Cast(old, new, f"{what} holds {_short(old)} weights: exported in {_short(new)} as "
                           f"precision={precision} asks (the live model keeps {_short(old)})")
+
+
+def widen_for(native: Any, precision: str | None, targets: tuple[str, ...], what: str) -> str | None:
+    """Why a bfloat16 module is exported in float32 (None: it keeps bfloat16): a target of the
+    call holds no bfloat16 and the user asked for no precision. The module itself keeps its
+    bfloat16 weights: parity runs it as it is, at bfloat16's tolerance; only the graph holds
+    float32 (each bfloat16 value is exactly a float32 one), and the backend then computes in
+    the precision its runtime holds."""
+    import torch
+
+    if precision is not None or not isinstance(native, torch.nn.Module) or \
+            isinstance(native, torch.jit.ScriptModule) or model_dtype(native) != torch.bfloat16:
+        return None
+    blocked = [NO_BFLOAT16[t] for t in targets if t in NO_BFLOAT16]
+    if not blocked:
+        return None
+    return (f"{what} holds bf16 weights: exported in fp32 ({blocked[0]}); parity runs the model in "
+            "bf16 at bf16's tolerance (--precision fp16 exports it in fp16)")
+
+
+@contextmanager
+def in_float32(module: Any) -> Iterator[None]:
+    """The module's bfloat16 parameters and buffers hold float32 copies for the duration; the
+    very same bfloat16 tensors are put back after (an exact round trip, and no float32 copy kept)."""
+    import torch
+
+    saved = []
+    for t in [*module.parameters(), *module.buffers()]:
+        if t.dtype == torch.bfloat16:
+            saved.append((t, t.data))
+            t.data = t.data.float()
+    try:
+        yield
+    finally:
+        for t, data in saved:
+            t.data = data
+
+
+def own_float32_weights(model: Any) -> None:
+    """The graph's float32 initializers as copies of their own: torch.onnx's initializers read
+    the live parameters, which ``in_float32`` gives back their bfloat16 storage afterwards."""
+    import numpy as np
+    import onnx_ir as ir
+
+    for value in model.graph.initializers.values():
+        tensor = value.const_value
+        if tensor is not None and tensor.dtype == ir.DataType.FLOAT and type(tensor) is not ir.Tensor:
+            value.const_value = ir.Tensor(np.array(tensor.numpy(), copy=True), name=tensor.name)
+
+
+def float32_inputs(inputs: Any) -> Any:
+    """``inputs``' bfloat16 tensors (and its export example's) as float32; returns what to put
+    back with ``restore_inputs``."""
+    import torch
+    import torch.utils._pytree as pytree
+
+    def up(x: Any) -> Any:
+        return x.float() if isinstance(x, torch.Tensor) and x.dtype == torch.bfloat16 else x
+
+    saved = (inputs.args, inputs.kwargs, inputs.example)
+    inputs.args, inputs.kwargs = pytree.tree_map(up, (inputs.args, inputs.kwargs))
+    if inputs.example is not None:
+        inputs.example = pytree.tree_map(up, inputs.example)
+    return saved
+
+
+def restore_inputs(inputs: Any, saved: Any) -> None:
+    inputs.args, inputs.kwargs, inputs.example = saved
 
 
 def optimizer_safe(native: Any) -> bool:

@@ -33,18 +33,27 @@ def device_of(fn: Any) -> Any:
 
 
 def run_model(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], what: str) -> Any:
+    out, exc = try_model(fn, args, kwargs)
+    if exc is not None:
+        from unframe.converters.frontends._torch.sources import first_line
+
+        raise InputError(f"running {what} on the sample inputs failed: {first_line(exc)}",
+                         "check the sample inputs' shapes and dtypes against the model") from exc
+    return out
+
+
+def try_model(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, Exception | None]:
+    """The model's outputs on these inputs, or the exception it raised (for a caller that
+    decides whose fault it is: the user's samples, or a probe unframe drew)."""
     import torch
 
     from unframe.converters.frontends._torch.preserve import full_float32
 
     try:  # full float32 again here: torch.export's own save and restore of the flags can undo it
         with torch.no_grad(), full_float32():
-            return fn(*args, **kwargs)
-    except Exception as exc:
-        from unframe.converters.frontends._torch.sources import first_line
-
-        raise InputError(f"running {what} on the sample inputs failed: {first_line(exc)}",
-                         "check the sample inputs' shapes and dtypes against the model") from exc
+            return fn(*args, **kwargs), None
+    except Exception as exc:  # noqa: BLE001 - handed to the caller
+        return None, exc
 
 
 def flat_outputs(outputs: Any) -> list[Any]:
@@ -65,12 +74,17 @@ class TorchRunner(Runner):
         self._outputs = outputs
         self._what = what
         self.widen = False  # float feeds go in as float64 (a float64 copy of the model)
-        self._known: tuple[dict[str, np.ndarray], list[np.ndarray]] | None = None
+        self._known: list[tuple[dict[str, np.ndarray], list[np.ndarray]]] = []
+        # floating inputs the model takes in another dtype than the graph (a bfloat16 model
+        # exported in float32 for a runtime that holds no bfloat16): cast on the way in
+        self._dtypes = {n: t.dtype for n, t in zip(inputs.names, inputs.tensor_leaves(), strict=True)
+                        if t.dtype.is_floating_point}
 
     def remember(self, feeds: Mapping[str, np.ndarray], outputs: list[np.ndarray]) -> None:
-        """The outputs of a run the frontend already made on ``feeds`` (its eager run on the
-        samples): the first ``run`` on those very feeds returns them instead of running again."""
-        self._known = (dict(feeds), outputs)
+        """The outputs of a run the frontend already made on ``feeds`` (its eager runs on the
+        samples and on the batch probe): the first ``run`` on those very feeds returns them
+        instead of running again (once each)."""
+        self._known.append((dict(feeds), outputs))
 
     def input_specs(self) -> list[TensorSpec]:
         return [TensorSpec(n, tuple(int(d) for d in t.shape), str(t.dtype).removeprefix("torch."))
@@ -80,14 +94,18 @@ class TorchRunner(Runner):
         return list(self._outputs)
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        known, self._known = self._known, None
-        if known is not None and not self.widen and _same_feeds(known[0], feeds, self._inputs.names):
-            return dict(zip(self._outputs, known[1], strict=True))
+        for i, (fed, outputs) in enumerate(self._known):
+            if not self.widen and _same_feeds(fed, feeds, self._inputs.names):
+                del self._known[i]
+                return dict(zip(self._outputs, outputs, strict=True))
         if self.widen:
             feeds = {n: a.astype(np.float64) if a.dtype.kind == "f" else a
                      for n, a in ((n, np.asarray(feeds[n])) for n in self._inputs.names)}
         # copies: a forward that writes its input must not change the caller's feeds
         tensors = {n: tensor_of(np.array(feeds[n]), self._device) for n in self._inputs.names}
+        if not self.widen:
+            tensors = {n: (t.to(self._dtypes[n]) if n in self._dtypes and t.is_floating_point()
+                           and t.dtype != self._dtypes[n] else t) for n, t in tensors.items()}
         args, kwargs = self._inputs.rebuild(tensors)
         outs = flat_outputs(run_model(self._fn, args, kwargs, self._what))
         return {n: numpy_of(t) for n, t in zip(self._outputs, outs, strict=True)}
