@@ -47,6 +47,9 @@ class TfModel:
     inputs_known: bool = False  # ``inputs`` is the whole list even when empty
     structure: Any = None  # nested input signature of a function (tf.nest structure of specs)
     graph_outputs: list[str] = field(default_factory=list)  # a GraphDef's output tensor names
+    # A tf.function without input_signature, made anew: once traced with a dynamic axis, TF hands
+    # that general trace to any narrower spec, so an export at fixed shapes needs a fresh one.
+    fresh: Any = None
 
 
 def quiet_tensorflow() -> None:
@@ -408,10 +411,20 @@ def from_function(fn: Any, source: str) -> TfModel:
     sig = fn.input_signature
     args = _arg_names(fn)
     if sig is None:  # known only when the Python function takes nothing
-        return TfModel("function", fn, source, [], [], inputs_known=args == [])
+        return TfModel("function", fn, source, [], [], inputs_known=args == [], fresh=_fresh(fn))
     inputs, named, structure = _signature_inputs(sig, args)
     return TfModel("function", fn, source, inputs, [], named_specs=named, inputs_known=True,
                    structure=structure)
+
+
+def _fresh(fn: Any) -> Any:
+    python_function = getattr(fn, "python_function", None)
+    if python_function is None:
+        return None
+    import tensorflow as tf
+
+    return lambda: tf.function(python_function, autograph=getattr(fn, "_autograph", True),
+                               jit_compile=getattr(fn, "_jit_compile", None))
 
 
 def _signature_inputs(sig: Any, args: list[str]) -> tuple[list[TensorSpec], bool, Any]:

@@ -83,25 +83,35 @@ def plan_axes(model: TfModel, spec: InputSpec, self_check: bool) -> axes.AxesPla
         plan.probe = axes.probe_feed(first, plan.dynamic, drawn, redraw) if plan.dynamic else None
         return plan
     runner = make_runner(model, declared, [])
-    problem = _runs(runner, first)
+    ranks: list[int] = []
+    problem = _runs(runner, first, ranks)
     if problem:
         _first_feed_fails(model, problem, drawn)
     if forced:
-        trial = _runs(runner, axes.probe_feed(first, forced, drawn, redraw))
+        trial = _runs(runner, axes.probe_feed(first, forced, drawn, redraw), ranks)
         if trial:
             raise UsageError(f"{model.source} can't run with the axes asked to be dynamic "
                              f"({', '.join(f'{n}[{a}]' for n, a in forced)}) changed: {trial}",
                              "drop --dynamic (or the named dims of --inputs) for those axes")
-    return axes.choose(plan, candidates, forced, drawn, lambda feed: _runs(runner, feed), redraw)
+    return axes.choose(plan, candidates, forced, drawn, lambda feed: _runs(runner, feed, ranks),
+                       redraw)
 
 
-def _runs(runner: Any, feed: dict[str, np.ndarray]) -> str:
+def _runs(runner: Any, feed: dict[str, np.ndarray], ranks: list[int]) -> str:
+    """"" when the source runs on ``feed`` with its outputs of the ranks they had on the first
+    feed (``ranks``, filled by the first call), else why not: an axis whose size changes an
+    output's rank (a shape fed as an input) is no dynamic size."""
     try:
-        runner.run_native(feed)
+        outputs = runner.run_native(feed)
     except (KeyboardInterrupt, UnframeError):
         raise
     except Exception as exc:  # whatever TF raises on a shape the model can't take
         return axes.failure(exc)
+    got = [np.ndim(v) for v in outputs]
+    if not ranks:
+        ranks.extend(got)
+    elif got != ranks:
+        return f"the outputs' ranks change with it ({ranks} -> {got})"
     return ""
 
 
@@ -117,6 +127,8 @@ def _export(model: TfModel, inputs: list[TensorSpec], tf_feeds: list[dict[str, n
             spec: InputSpec, opset: int, nchw_option: Any, versions: dict[str, str],
             self_check: bool, notes: list[str]) -> ExportResult:
     if model.kind == "function":
+        if model.fresh is not None:  # no trace of another export's shapes
+            model.obj = model.fresh()
         model.outputs = function_outputs(model, inputs)
     nchw = nchw_inputs(inputs, nchw_option)
     feeds = [to_onnx_layout(f, nchw) for f in tf_feeds]
@@ -150,6 +162,8 @@ def _export(model: TfModel, inputs: list[TensorSpec], tf_feeds: list[dict[str, n
         tried.append(first_parity)
     chosen, outcome = tried[-1]
     ir_model = finished.get(id(outcome.proto)) or _finish(model, outcome.proto, inputs, nchw, spec)
+    if self_check:
+        _ranks_from_the_run(model, ir_model, inputs, nchw, feeds)
     route_notes = list(dict.fromkeys(o.problem for _, o in tried if o.problem))
     if len(tried) > 1:
         route_notes.append(f"used route {chosen.route}")
@@ -186,6 +200,30 @@ def _check(model: TfModel, candidate: ir.Model, inputs: Sequence[TensorSpec],
     ref = make_runner(model, inputs, [v.name for v in candidate.graph.outputs], nchw)
     return routes.parity_problem(ref, candidate, feeds, OnnxRuntimeRunner,
                                  compute_tolerances(candidate, low))
+
+
+def _ranks_from_the_run(model: TfModel, graph: ir.Model, inputs: Sequence[TensorSpec],
+                        nchw: Sequence[str], feeds: list[dict[str, np.ndarray]]) -> None:
+    """Outputs tf2onnx left without a shape (a reshape to a shape fed as an input, MatrixDiagV3
+    with its sizes as inputs) get their rank from TensorFlow's runs on the parity feeds when it is
+    the same on each, every dim symbolic: onnxruntime runs them, but onnx.checker requires a shape
+    on each graph output::
+
+        before:  output_0: float32, shape unknown
+        after:   output_0: float32[output_0_dim0, output_0_dim1]
+    """
+    unknown = [v for v in graph.graph.outputs if v.shape is None]
+    if not unknown:
+        return
+    runner = make_runner(model, inputs, [v.name for v in graph.graph.outputs], nchw)
+    try:
+        runs = [runner.run(feed) for feed in feeds]
+    except Exception:  # noqa: BLE001 - the parity stage reports a source that fails
+        return
+    for value in unknown:
+        ranks = {np.ndim(run.get(value.name)) for run in runs}
+        if len(ranks) == 1:
+            value.shape = ir.Shape([f"{value.name}_dim{i}" for i in range(ranks.pop())])
 
 
 def low_compute_dtype(model: TfModel) -> str | None:
