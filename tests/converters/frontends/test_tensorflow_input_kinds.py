@@ -239,3 +239,19 @@ def test_output_of_unknown_rank_gets_its_rank_from_the_run() -> None:
     got = _session(result.model).run(None, dict(zip(names, [d, np.array(3, np.int32), np.array(4, np.int32)],
                                                           strict=True)))[0]
     np.testing.assert_allclose(got, diag(d, 3, 4).numpy())
+
+
+@pytest.mark.parametrize("concrete", [False, True], ids=["tf.function", "ConcreteFunction"])
+def test_function_taking_a_dict(concrete: bool) -> None:
+    @tf.function(input_signature=[{"ids": tf.TensorSpec([None, 3], tf.float32),
+                                   "mask": tf.TensorSpec([None, 3], tf.float32)}])
+    def masked(features):
+        return features["ids"] * features["mask"] + 1.0
+
+    result = unframe.convert(masked.get_concrete_function() if concrete else masked, from_="tf", to="onnx")
+    assert result.report, str(result.report)
+    assert [v.name for v in result.model.graph.inputs] == ["features_ids", "features_mask"]
+    ids = _rng(14).standard_normal((4, 3)).astype(np.float32)
+    mask = (_rng(15).random((4, 3)) > 0.5).astype(np.float32)
+    got = _session(result.model).run(None, {"features_ids": ids, "features_mask": mask})[0]
+    np.testing.assert_allclose(got, ids * mask + 1.0, rtol=1e-6)

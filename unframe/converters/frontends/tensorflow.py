@@ -1,5 +1,6 @@
-"""TensorFlow / Keras in: Keras 3 models, tf.Module / tf.function objects, ``.keras`` and legacy
-``.h5`` files, SavedModel directories and ``.tflite`` files, exported to ONNX through tf2onnx.
+"""TensorFlow / Keras in: Keras 3 models, tf.Module / tf.function / ConcreteFunction objects,
+``.keras`` and legacy ``.h5`` files, SavedModel directories, ``.tflite`` files and frozen TF1 graphs
+(``.pb`` GraphDef), exported to ONNX through tf2onnx.
 
 Loading
   ``.keras``/``.h5`` files load with Keras' ``safe_mode``. A Lambda layer holds Python code that
@@ -11,7 +12,11 @@ Loading
   ``--custom-objects module.py``) is a Python file to import for them, which needs ``--trust``,
   or from Python a module or a ``{name: class}`` dict. Without it such a file is refused with
   the name of the class it needs. A subclassed model from a file takes the input shape it was
-  built with, unless ``--inputs`` says otherwise.
+  built with, unless ``--inputs`` says otherwise. A frozen graph (a ``.pb`` that is no SavedModel's
+  ``saved_model.pb``) takes its ``Placeholder`` nodes as inputs and option ``outputs`` (tensor names,
+  ``["y:0"]`` or ``"y:0,z:0"``) as outputs, else every tensor no node consumes; one whose ops read or
+  write files or call Python needs ``--trust``. A tf.function whose signature nests tensors (a
+  dict argument) is called with them packed back; a function that takes no inputs needs none.
 
 Export routes (``ExportResult.route`` says which one produced the graph)
   1. tf2onnx: ``from_keras``, ``from_function`` (tf.function, tf.Module.__call__), its SavedModel
@@ -25,11 +30,23 @@ Export routes (``ExportResult.route`` says which one produced the graph)
   ``Erfc`` (exact GELU) is filled through its own ``@tf_op`` hook.
 
 Inputs
-  From the model's signature, with a dynamic batch dim named ``batch`` unless ``--static``.
-  ``--inputs name:shape:dtype`` overrides an input (by name, or by position when no name
-  matches). Input and output names are the model's own (Keras input/output names, SavedModel
-  and TFLite signature keys; ``output_<i>`` for tf.function results that are not dicts).
-  Inputs of dtypes ONNX can't take (complex, resource, variant...) are refused with their names.
+  From the model's signature (a fixed ``input_signature`` is kept as it is), or from the samples.
+  An axis is dynamic only where TensorFlow ran the model with it changed and the export takes
+  it (``_tf/axes.py``): the axes the signature leaves open, and for inputs known only from the
+  samples their leading axis, are probed; the others, and those whose probe fails, keep the first
+  feed's size, per input (a broadcast partner ``y (5,)`` stays ``(5,)``). When no route exports the
+  dynamic graph (Python on a shape, ops tf2onnx maps only at fixed shapes) the export is made again
+  at the samples' shapes. The notes say which axes are dynamic and why the others are not; a probe
+  unframe drew never ends in an error. ``--static`` freezes every axis; ``--dynamic`` and named
+  ``--inputs`` dims are dynamic as asked. Dynamic axis 0 of a Keras/SavedModel/TFLite input is
+  named ``batch``. ``--inputs name:shape:dtype`` overrides an input (by name, or by position when
+  no name matches). Input and output names are the model's own (Keras input/output names, made
+  unique as tf2onnx does; SavedModel and TFLite signature keys; a frozen graph's node names;
+  ``output_<i>`` for tf.function results that are not dicts). String samples may be ``str``,
+  ``bytes`` or numpy arrays of UTF-8 text. Inputs of dtypes ONNX can't take (complex, resource,
+  variant...) are refused with their names. A constant the traced function captured, which
+  tf2onnx lists as a graph input, becomes an initializer. An error TensorFlow raises while tracing
+  leads with its own telling line (the reason and the last frame in user code).
 
 Layout
   Channels-last models stay channels-last: the ONNX inputs have the Keras shapes (NHWC) and
@@ -42,9 +59,9 @@ Layout
 Parity
   TensorFlow (Keras in inference mode, the tf.function/signature, or the TFLite interpreter) vs
   onnxruntime, on the user's samples or on generated feeds: floats from N(0, 1), integers in
-  ``[0, k)`` with ``k`` the smallest Embedding ``input_dim`` (3 when there is none). With a
-  dynamic batch there are two feeds of batch 2 and 3 (dynamic non-batch dims: 8 and 6); user
-  samples get a second feed with one row fewer (or doubled when the batch is 1).
+  ``[0, k)`` with ``k`` the smallest Embedding ``input_dim`` (3 when there is none), open axes at 2
+  (axis 0) or 8. When an axis is dynamic the probe that proved it is the second feed (drawn at 3
+  and 6, or the user's samples cut by one, or doubled from 1).
 
 Logs
   TensorFlow's, absl's and tf2onnx's log lines are captured while the frontend works (see
