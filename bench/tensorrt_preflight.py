@@ -4,7 +4,9 @@ ONNX parser, on onnx's backend node test cases.
 For each case: pre-flight's verdict is "accept" when ``preflight.check`` finds no blocker; the
 parser's verdict is "accept" when a full ``parse`` into a strongly typed network succeeds (the
 stricter of ``supports_model_v2`` and ``parse``; both are recorded). Prints the agreement, the
-confusion counts, and the disagreements grouped by op.
+confusion counts, and the disagreements grouped by op: on the raw graphs, and on the graphs after
+unframe's TensorRT preparation, which is what ``unframe check`` and ``convert`` compare (both
+pre-flight and the parser read the prepared graph there).
 
     .venv/bin/python bench/tensorrt_preflight.py [--limit N] [--json out.json] [--build N]
 
@@ -22,6 +24,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import onnx
 import onnx_ir as ir
 
@@ -68,14 +71,23 @@ class Parser:
         return results[0], results[1], first
 
 
-def prepared_bytes(model: onnx.ModelProto) -> bytes:
-    """The model after unframe's TensorRT preparation passes (what convert hands the parser)."""
+def prepared_model(model: onnx.ModelProto) -> ir.Model:
+    """The model after unframe's TensorRT preparation passes (what check and convert read)."""
     from unframe.converters.backends.tensorrt.prepare import prepare
 
     try:
-        return ir.to_proto(prepare(ir.from_proto(model))).SerializeToString()
-    except Exception:  # preparation failing leaves the model as it was
-        return model.SerializeToString()
+        return prepare(ir.from_proto(model))
+    except Exception:  # preparation failing leaves the model as it was (as check_report does)
+        return ir.from_proto(model)
+
+
+def preflight_verdict(model: ir.Model, module: str) -> tuple[bool | None, list[str]]:
+    """(accepts, reasons); None when pre-flight crashed (a finding, not a skipped case)."""
+    try:
+        blockers = preflight.check(model, module)
+    except Exception as exc:
+        return None, [f"{type(exc).__name__}: {exc}"]
+    return not blockers, [str(b) for b in blockers]
 
 
 def build_ok(trt: Any, data: bytes) -> tuple[bool, str]:
@@ -103,26 +115,12 @@ def run(limit: int | None, build: int) -> dict[str, Any]:
     checker = Parser(trt)
     all_cases = cases(limit)
     for case in all_cases:
-        model = case.model
-        op = case_op(case.name, model)
-        try:
-            blockers = preflight.check(ir.from_proto(model), trt.__name__)
-        except Exception as exc:  # a pre-flight crash is a finding, not a skipped case
-            blockers = None
-            crash = f"{type(exc).__name__}: {exc}"
-        data = model.SerializeToString()
-        v2, parsed, error = checker.accepts(data)
-        prepared = parsed
-        if not parsed and blockers == []:
-            prepared = checker.accepts(prepared_bytes(model))[1]
-        rows.append({
-            "case": case.name, "op": op,
-            "preflight": None if blockers is None else not blockers,
-            "preflight_reasons": [str(b) for b in blockers] if blockers else
-            ([crash] if blockers is None else []),
-            "parser_v2": v2, "parser": v2 and parsed, "parser_error": error,
-            "parser_after_prepare": prepared,
-        })
+        rows.append(verdicts(case.name, case_op(case.name, case.model), case.model, checker, trt.__name__))
+    public = []
+    for name, op, model in reproducers():
+        row = verdicts(name, op, model, checker, trt.__name__)
+        row["built_prepared"] = build_ok(trt, ir.to_proto(prepared_model(model)).SerializeToString())[0]
+        public.append(row)
     built: list[dict[str, Any]] = []
     by_name = {c.name: c for c in all_cases}
     for row in [r for r in rows if r["preflight"] and r["parser"]][:build]:
@@ -130,7 +128,71 @@ def run(limit: int | None, build: int) -> dict[str, Any]:
         ok, why = build_ok(trt, case.model.SerializeToString())
         built.append({"case": row["case"], "op": row["op"], "built": ok, "error": why})
     return {"module": f"{trt.__name__} {trt.__version__}", "onnx": onnx.__version__,
-            "seconds": round(time.perf_counter() - start, 1), "rows": rows, "builds": built}
+            "seconds": round(time.perf_counter() - start, 1), "rows": rows, "builds": built,
+            "public": public}
+
+
+def verdicts(name: str, op: str, model: onnx.ModelProto, checker: Parser, module: str) -> dict[str, Any]:
+    """Pre-flight's and the parser's verdicts on the raw graph and on the prepared one."""
+    accepts, reasons = preflight_verdict(ir.from_proto(model), module)
+    v2, parsed, error = checker.accepts(model.SerializeToString())
+    prepared = prepared_model(model)
+    prep_accepts, prep_reasons = preflight_verdict(prepared, module)
+    prep_v2, prep_parsed, prep_error = checker.accepts(ir.to_proto(prepared).SerializeToString())
+    return {"case": name, "op": op, "preflight": accepts, "preflight_reasons": reasons,
+            "parser_v2": v2, "parser": v2 and parsed, "parser_error": error,
+            "parser_after_prepare": prep_v2 and prep_parsed,
+            "preflight_prepared": prep_accepts, "preflight_prepared_reasons": prep_reasons,
+            "parser_prepared_error": prep_error}
+
+
+def reproducers() -> list[tuple[str, str, onnx.ModelProto]]:
+    """The parser refusals of held-out architectures (issue 36) as small graphs: MaxViT's
+    attention Einsum (upper-case subscripts), BLOOM's ALiBi positions (an int64 CumSum of the
+    attention mask) and tf2onnx's export of a ``tf.range`` loop that fills a TensorArray (exported
+    here; left out without tensorflow and tf2onnx)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    def model(nodes: list[Any], inputs: list[Any], outputs: list[Any], inits: list[Any] = ()) -> onnx.ModelProto:
+        graph = helper.make_graph(nodes, "g", inputs, outputs, list(inits))
+        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
+
+    f32, i64 = TensorProto.FLOAT, TensorProto.INT64
+    einsum = model([helper.make_node("Einsum", ["q", "k"], ["y"],
+                                     equation="B G P H I D, B G P H J D -> B G P H I J")],
+                   [helper.make_tensor_value_info("q", f32, [1, 2, 3, 2, 4, 8]),
+                    helper.make_tensor_value_info("k", f32, [1, 2, 3, 2, 4, 8])],
+                   [helper.make_tensor_value_info("y", f32, None)])
+    alibi = model([helper.make_node("CumSum", ["mask", "axis"], ["count"]),
+                   helper.make_node("Sub", ["count", "one"], ["from_zero"]),
+                   helper.make_node("Mul", ["from_zero", "mask"], ["positions"])],
+                  [helper.make_tensor_value_info("mask", i64, [2, 16])],
+                  [helper.make_tensor_value_info("positions", i64, [2, 16])],
+                  [numpy_helper.from_array(np.array(-1, np.int64), "axis"),
+                   numpy_helper.from_array(np.array(1, np.int64), "one")])
+    found = [("MaxViT attention Einsum", "Einsum", einsum), ("BLOOM ALiBi positions", "CumSum", alibi)]
+    loop = tf_range_loop()
+    return found + ([("tf.range loop (tf2onnx)", "Loop", loop)] if loop is not None else [])
+
+
+def tf_range_loop() -> onnx.ModelProto | None:
+    try:
+        import tensorflow as tf
+        import tf2onnx
+    except ImportError:
+        return None
+    spec = [tf.TensorSpec([2, 4], tf.float32)]
+
+    @tf.function(input_signature=spec)
+    def steps(x: Any) -> Any:
+        states = tf.TensorArray(tf.float32, size=12)
+        for t in tf.range(12):
+            x = tf.tanh(x * 0.9 + tf.cast(t, tf.float32) * 0.1)
+            states = states.write(t, x)
+        return states.stack()
+
+    proto, _ = tf2onnx.convert.from_function(steps, input_signature=spec, opset=18)
+    return proto
 
 
 def summarize(result: dict[str, Any]) -> str:
@@ -154,6 +216,20 @@ def summarize(result: dict[str, Any]) -> str:
                  f"({len(rescued)} missed cases parse after unframe's preparation passes)")
     v2_vs_parse = sum(1 for r in rows if r["parser_v2"] and not r["parser"])
     lines.append(f"  supports_model_v2 accepts but parse refuses: {v2_vs_parse}")
+    prep = Counter((r.get("preflight_prepared"), r["parser_after_prepare"]) for r in rows)
+    both = prep[(True, True)] + prep[(False, False)]
+    lines += [
+        f"agreement on prepared graphs, pre-flight and parser both reading them (what `check` "
+        f"compares): {both}/{len(rows)} = {both / max(len(rows), 1):.1%}",
+        f"  both accept {prep[(True, True)]}, both refuse {prep[(False, False)]}, "
+        f"too strict {prep[(False, True)]}, missed {prep[(True, False)]}, "
+        f"crashed {sum(1 for r in rows if r.get('preflight_prepared', True) is None)}",
+    ]
+    for title, key in (("prepared, too strict", (False, True)), ("prepared, missed", (True, False))):
+        group = [r for r in rows if (r.get("preflight_prepared"), r["parser_after_prepare"]) == key]
+        by_op = Counter(r["op"] for r in group)
+        if by_op:
+            lines.append(f"  {title}: " + ", ".join(f"{op} {n}" for op, n in by_op.most_common()))
     for title, key in (("too strict", (False, True)), ("missed", (True, False))):
         by_op: dict[str, list[dict[str, Any]]] = defaultdict(list)
         for r in rows:
@@ -167,6 +243,13 @@ def summarize(result: dict[str, Any]) -> str:
         for op, group in sorted(by_op.items(), key=lambda kv: (-len(kv[1]), kv[0])):
             why = group[0]["preflight_reasons"][:1] if key == (False, True) else [group[0]["parser_error"]]
             lines.append(f"  {op:28s} {len(group):3d}  e.g. {group[0]['case']}: {why[0] if why else ''}")
+    if result.get("public"):
+        lines.append("\nheld-out reproducers (raw: pre-flight / parser; prepared: pre-flight / parser / build):")
+        word = {True: "accepts", False: "refuses", None: "crashed"}
+        for r in result["public"]:
+            lines.append(f"  {r['case']:28s} raw {word[r['preflight']]} / {word[r['parser']]};  prepared "
+                         f"{word[r['preflight_prepared']]} / {word[r['parser_after_prepare']]} / "
+                         f"{'built' if r['built_prepared'] else 'not built'}")
     if result["builds"]:
         ok = sum(1 for b in result["builds"] if b["built"])
         lines.append(f"\nbuilds of cases both accept: {ok}/{len(result['builds'])} built")

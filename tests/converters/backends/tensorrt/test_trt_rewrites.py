@@ -23,9 +23,11 @@ from unframe.converters.backends.tensorrt.backend import check_report
 from unframe.converters.backends.tensorrt.einsum import normalize_equation
 from unframe.converters.backends.tensorrt.prepare import prepare
 from unframe.converters.backends.tensorrt.profiles import ProfileShape
+from unframe.converters.backends.tensorrt.table import supports_low
 from unframe.converters.base import Target
 from unframe.converters.registry import BACKENDS
 from unframe.errors import UnsupportedError
+from unframe.passes.precision import lower_precision
 
 I64, I32, F = TensorProto.INT64, TensorProto.INT32, TensorProto.FLOAT
 RNG = np.random.default_rng(0)
@@ -125,6 +127,10 @@ def test_bloom_alibi_positions_are_summed_in_float_digits(tmp_path):
     assert all(n.inputs[0].dtype == ir.DataType.FLOAT for n in prepared.graph if n.op_type == "CumSum")
     np.testing.assert_array_equal(ort_run(prepared, {"mask": mask})["positions"], before)
     builds(model, tmp_path, sample_shapes={"mask": (2, 8)})
+    # an fp16 engine keeps the digit sums in float32 (float16 holds integers exactly to 2048)
+    low = lower_precision(prepare(model.clone()), "fp16", supports=supports_low)
+    assert all(n.inputs[0].dtype == ir.DataType.FLOAT for n in low.graph if n.op_type == "CumSum")
+    np.testing.assert_array_equal(ort_run(low, {"mask": mask})["positions"], before)
 
 
 @pytest.mark.parametrize("dtype", [I64, I32])

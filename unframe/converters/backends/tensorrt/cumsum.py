@@ -32,6 +32,7 @@ import onnx_ir as ir
 from unframe.converters.backends.tensorrt.rewrite import NodeBuilder
 from unframe.errors import UnsupportedError
 from unframe.opset import DEFAULT_DOMAINS, FALLBACK_OPSET, main_opset
+from unframe.passes import KEEP_FP32
 
 BASE_BITS = 4
 BASE = 1 << BASE_BITS
@@ -114,10 +115,13 @@ def _digit_sum(graph: ir.Graph, node: ir.Node, data: ir.Value, axis: int,
     # the digits sit on a new last axis: a negative axis counts one further from the end
     summed = b.op("CumSum", [as_float, b.scalar(axis if axis >= 0 else axis - 1, np.int64)],
                   ir.DataType.FLOAT, **{name: attr.value for name, attr in node.attributes.items()})
-    summed.producer().metadata_props[EXACT_LENGTH_KEY] = str(MAX_EXACT_LENGTH)  # type: ignore[union-attr]
+    cumsum = summed.producer()
+    assert cumsum is not None
+    cumsum.metadata_props[EXACT_LENGTH_KEY] = str(MAX_EXACT_LENGTH)
+    cumsum.metadata_props[KEEP_FP32] = "1"  # float16 holds integers exactly only to 2048
     dim = _summed_dim(data, axis)
     if isinstance(dim, str):
-        summed.producer().metadata_props[AXIS_DIM_KEY] = dim  # type: ignore[union-attr]
+        cumsum.metadata_props[AXIS_DIM_KEY] = dim
     return b.nodes, _recombine(b, b.op("Cast", [summed], dtype, to=dtype), k, np_type)
 
 
