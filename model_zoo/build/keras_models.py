@@ -3,6 +3,14 @@ a small functional CNN and an LSTM, exported through tf2onnx (``from_keras``).
 
 Every builder is ``build(out_dir, opset)``: it writes ``model.onnx``, the native ``model.keras``,
 ``inputs.npz`` and Keras' own ``outputs.npz`` (keyed by the ONNX output names) into ``out_dir``.
+
+Random-init Keras applications give a softmax of exactly 1/classes everywhere, which no parity
+check can learn anything from (it was reported weak). Every model is perturbed before export
+(``perturb``): each BatchNormalization's moving statistics are set to the statistics its input
+really has on calibration images, with random gamma and beta, so activations neither vanish nor
+explode through the depth; and the classifier is rescaled and centred so its logits spread with a
+standard deviation of about 2 across classes and images. Outputs are then of order 1 and differ
+from class to class and from image to image.
 """
 
 from __future__ import annotations
@@ -18,11 +26,69 @@ from zoo_common import MODEL_FILE, save_io, seed_everything
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 
+LOGIT_STD = 2.0  # the classifier's logits after perturbation: a softmax with a clear winner
+
+
+def perturb(model: Any, like: np.ndarray, seed: int = 1) -> None:
+    """Make a random-init model's outputs informative (see the module docstring); ``like`` gives
+    the input's shape and dtype, the calibration images are drawn with another seed."""
+    rng = np.random.default_rng(seed)
+    calibration = rng.standard_normal((8, *like.shape[1:])).astype(like.dtype)
+    _calibrate_batch_norms(model, calibration, rng)
+    _spread_classifier(model, calibration, rng)
+
+
+def _calibrate_batch_norms(model: Any, x: np.ndarray, rng: np.random.Generator) -> None:
+    """One forward pass in training mode with momentum 0 sets every BatchNormalization's moving
+    mean and variance to its input's batch statistics, each layer seeing the ones before it
+    already normalized that way; then gamma and beta are drawn at random."""
+    from keras import layers
+
+    norms = [layer for layer in model._flatten_layers() if isinstance(layer, layers.BatchNormalization)]
+    if not norms:
+        return
+    momenta = [layer.momentum for layer in norms]
+    for layer in norms:
+        layer.momentum = 0.0
+    model(x, training=True)
+    for layer, momentum in zip(norms, momenta, strict=True):
+        layer.momentum = momentum
+        size = layer.gamma.shape if layer.gamma is not None else layer.beta.shape
+        if layer.gamma is not None:
+            layer.gamma.assign(rng.uniform(0.6, 1.6, size).astype(np.float32))
+        if layer.beta is not None:
+            layer.beta.assign(rng.normal(0.0, 0.3, size).astype(np.float32))
+
+
+def _spread_classifier(model: Any, x: np.ndarray, rng: np.random.Generator) -> None:
+    """The last Dense or Conv2D (the classifier): its pre-activation logits on the calibration
+    images, centred over the images and scaled to a standard deviation of ``LOGIT_STD``."""
+    import keras
+    from keras import layers
+
+    head = [layer for layer in model._flatten_layers() if isinstance(layer, (layers.Dense, layers.Conv2D))][-1]
+    if head.bias is None:
+        return
+    activation, head.activation = head.activation, keras.activations.linear
+    try:
+        logits = np.asarray(keras.Model(model.inputs, head.output)(x, training=False), np.float64)
+    finally:
+        head.activation = activation
+    centred = logits - logits.mean(axis=0, keepdims=True)
+    gain = LOGIT_STD / max(float(centred.std()), 1e-12)
+    kernel, bias = head.kernel.numpy(), head.bias.numpy()
+    features_term = logits.mean(axis=tuple(range(logits.ndim - 1))) - bias  # mean of features @ kernel
+    head.kernel.assign((kernel * gain).astype(np.float32))
+    offsets = rng.normal(0.0, 0.5, bias.shape)  # classes apart on average, each image its own winner
+    head.bias.assign((-gain * features_term + offsets).astype(np.float32))
+
+
 def _export(model: Any, x: np.ndarray, out_dir: Path, opset: int) -> None:
     import onnx
     import tensorflow as tf
     import tf2onnx
 
+    perturb(model, x)
     # tf2onnx logs a traceback when one of its optional graph optimizers gives up (MobileNetV3's
     # hard-swish); the conversion goes on without it and the parity check below still holds.
     logging.getLogger("tf2onnx").setLevel(logging.ERROR)

@@ -15,6 +15,30 @@ from typing import Any
 import numpy as np
 from zoo_common import MODEL_FILE, save_io, seed_everything
 
+HEAD_STD = 2.0  # the standard deviation of the head's outputs after ``_spread_head``
+
+
+def _spread_head(model: Any, args: tuple[Any, ...]) -> None:
+    """Scale the last Linear or Conv2d layer (the classifier, a U-Net's mask logits) so its
+    outputs spread with a standard deviation of about ``HEAD_STD`` on the sample inputs: random-
+    init heads gave logits of scale 0.1 and a near-uniform softmax (1/10 +- 0.015), which a
+    parity check can learn little from."""
+    import torch
+
+    heads = [m for m in model.modules() if isinstance(m, (torch.nn.Linear, torch.nn.Conv2d))]
+    if not heads:
+        return
+    seen: list[Any] = []
+    hook = heads[-1].register_forward_hook(lambda _m, _i, out: seen.append(out.detach()))
+    with torch.no_grad():
+        model(*args)
+    hook.remove()
+    spread = float(seen[-1].double().std()) if seen else 0.0
+    if spread > 0:
+        with torch.no_grad():
+            for p in heads[-1].parameters():
+                p.mul_(max(1.0, HEAD_STD / spread))  # only ever widened
+
 
 def _export(model: Any, example: dict[str, Any], out_dir: Path, opset: int,
             output_names: list[str], dynamic_batch: bool = True) -> None:
@@ -23,6 +47,7 @@ def _export(model: Any, example: dict[str, Any], out_dir: Path, opset: int,
     model.eval()
     names = list(example)
     args = tuple(example.values())
+    _spread_head(model, args)
     axes: dict[str, dict[int, str]] = {}
     if dynamic_batch:
         axes = {n: {0: "batch"} for n in names + output_names}
