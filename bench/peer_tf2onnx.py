@@ -182,7 +182,7 @@ def _convert(source: Any, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
     try:
         result = unframe.convert(source, to="onnx", locate=False, **kwargs)
     except UnframeError as exc:
-        return None, {"status": "refused", "exit": exc.exit_code, "detail": str(exc)[:300]}
+        return None, {"status": "refused", "exit": exc.exit_code, "detail": str(exc)[:600]}
     except BaseException as exc:  # noqa: BLE001 - what escapes untyped is what is counted
         if isinstance(exc, KeyboardInterrupt):
             raise

@@ -50,6 +50,7 @@ class TfModel:
     # A tf.function without input_signature, made anew: once traced with a dynamic axis, TF hands
     # that general trace to any narrower spec, so an export at fixed shapes needs a fresh one.
     fresh: Any = None
+    memo: dict[Any, Any] | None = None  # TF's outputs per feed while the export checks itself
 
 
 def quiet_tensorflow() -> None:

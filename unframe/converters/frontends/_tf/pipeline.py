@@ -38,6 +38,15 @@ def export(model: TfModel, spec: InputSpec, opset: int, nchw_option: Any,
     Axes are dynamic only where the source ran with them changed (``axes.py``) and the export
     takes them: when no route exports the dynamic graph, the export is made again with every
     axis as the first feed has it, and a note says why."""
+    model.memo = {}  # TF's outputs per feed, shared by the probes and the routes' checks
+    try:
+        return _export_axes(model, spec, opset, nchw_option, versions, self_check)
+    finally:
+        model.memo = None
+
+
+def _export_axes(model: TfModel, spec: InputSpec, opset: int, nchw_option: Any,
+                 versions: dict[str, str], self_check: bool) -> ExportResult:
     if spec.static:
         inputs = resolve_inputs(model, spec)
         return _export(model, inputs, make_feeds(model, inputs, spec), spec, opset, nchw_option,
@@ -82,7 +91,7 @@ def plan_axes(model: TfModel, spec: InputSpec, self_check: bool) -> axes.AxesPla
         plan.dynamic = list(dict.fromkeys(forced + [a for a in candidates if a[0] in signed]))
         plan.probe = axes.probe_feed(first, plan.dynamic, drawn, redraw) if plan.dynamic else None
         return plan
-    runner = make_runner(model, declared, [])
+    runner = make_runner(model, declared, [], memo=model.memo)
     ranks: list[int] = []
     problem = _runs(runner, first, ranks)
     if problem:
@@ -197,7 +206,7 @@ def _check(model: TfModel, candidate: ir.Model, inputs: Sequence[TensorSpec],
            low: str | None) -> str:
     if not parity:
         return routes.load_problem(candidate, OnnxRuntimeRunner)
-    ref = make_runner(model, inputs, [v.name for v in candidate.graph.outputs], nchw)
+    ref = make_runner(model, inputs, [v.name for v in candidate.graph.outputs], nchw, memo=model.memo)
     return routes.parity_problem(ref, candidate, feeds, OnnxRuntimeRunner,
                                  compute_tolerances(candidate, low))
 
@@ -215,7 +224,7 @@ def _ranks_from_the_run(model: TfModel, graph: ir.Model, inputs: Sequence[Tensor
     unknown = [v for v in graph.graph.outputs if v.shape is None]
     if not unknown:
         return
-    runner = make_runner(model, inputs, [v.name for v in graph.graph.outputs], nchw)
+    runner = make_runner(model, inputs, [v.name for v in graph.graph.outputs], nchw, memo=model.memo)
     try:
         runs = [runner.run(feed) for feed in feeds]
     except Exception:  # noqa: BLE001 - the parity stage reports a source that fails
