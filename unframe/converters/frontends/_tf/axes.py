@@ -122,9 +122,13 @@ def choose(plan: AxesPlan, candidates: Sequence[Axis], forced: Sequence[Axis], d
                 continue
             if any(a in accepted for a in trial):
                 continue
-            feed = probe_feed(plan.first, accepted + trial, drawn, redraw)
             probes += 1
-            problem = runs(feed)
+            try:
+                feed = probe_feed(plan.first, accepted + trial, drawn, redraw)
+            except (ValueError, IndexError) as exc:  # a sample that can't be cut to that size
+                feed, problem = None, f"no probe feed: {exc}"
+            else:
+                problem = runs(feed)
             if not problem:
                 accepted.extend(trial)
                 plan.probe = feed

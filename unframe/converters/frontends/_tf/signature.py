@@ -72,7 +72,8 @@ def candidate_axes(model: TfModel, declared: Sequence[TensorSpec],
             out.extend((t.name, a) for a, d in enumerate(t.shape) if d is None)
         elif t.name in first and first[t.name].ndim > 0:
             out.append((t.name, 0))
-    return out
+    # an empty axis has no data to cut or repeat into another size: it stays as it is
+    return [(n, a) for n, a in out if n in first and a < first[n].ndim and first[n].shape[a] > 0]
 
 
 def forced_axes(spec: InputSpec, declared: Sequence[TensorSpec]) -> list[tuple[str, int]]:
