@@ -209,7 +209,7 @@ def explain(exc: BaseException, what: str) -> str:
     text = "\n".join(f"{type(e).__name__}: {e}" for e in chain)
     root = chain[-1]
     reason = _first_meaningful_line(root)
-    site = _call_site(text)
+    site = _call_site(text) or _user_frame(chain)
     kind = type(root).__name__
     where = f" at {site}" if site else ""
     if is_data_dependent(exc):
@@ -237,6 +237,24 @@ def _call_site(text: str) -> str:
         return ""
     file, line, func, code = sites[-1].groups()
     return f"{os.path.basename(file)}:{line} in {func}() `{code.strip()}`"
+
+
+def _user_frame(chain: list[BaseException]) -> str:
+    """The innermost frame of the user's code in the exceptions' own tracebacks (an error the
+    user's forward raised under the tracer carries no stack in its message)."""
+    import traceback
+
+    import unframe
+
+    ours = os.path.dirname(os.path.abspath(unframe.__file__))
+    for exc in reversed(chain):
+        frames = [f for f in traceback.extract_tb(exc.__traceback__)
+                  if "site-packages" not in f.filename and not f.filename.startswith(ours)
+                  and not f.filename.startswith("<")]
+        if frames:
+            f = frames[-1]
+            return f"{os.path.basename(f.filename)}:{f.lineno} in {f.name}() `{(f.line or '').strip()}`"
+    return ""
 
 
 def _first_meaningful_line(exc: BaseException) -> str:

@@ -268,9 +268,22 @@ def finalize(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any], spec: In
     if not inputs.tensor_leaves():
         raise InputError(f"{what}: the sample inputs hold no tensor",
                          "pass torch tensors or numpy arrays as sample inputs")
+    dense = [t for t in inputs.tensor_leaves() if t.layout != _strided()]
+    if dense:
+        from unframe.errors import UnsupportedError
+
+        raise UnsupportedError(f"{what}: a sample input is a {str(dense[0].layout).removeprefix('torch.')} "
+                               "tensor; ONNX graphs take dense tensors only",
+                               "pass dense inputs (tensor.to_dense()) to a model that takes them")
     inputs.names = leaf_names(args, kwargs, param_names(model) or [])
     _decide_dynamic(inputs, spec, _listed_leaves(args, kwargs, inputs.names))
     return inputs
+
+
+def _strided() -> Any:
+    import torch
+
+    return torch.strided
 
 
 def _listed_leaves(args: tuple[Any, ...], kwargs: dict[str, Any], names: list[str]) -> set[str]:
@@ -359,7 +372,7 @@ def _decide_dynamic(inputs: ModelInputs, spec: InputSpec, listed: set[str] = fro
     tensors = dict(zip(inputs.names, inputs.tensor_leaves(), strict=True))
     if not spec.static:
         batched = [t for name, t in tensors.items() if t.dim() >= 1 and name not in listed]
-        if batched:
+        if batched and int(batched[0].shape[0]) > 0:  # an empty axis has no rows to vary
             inputs.batch = int(batched[0].shape[0])
             for name, t in tensors.items():
                 if t.dim() >= 1 and int(t.shape[0]) == inputs.batch and name not in listed:
