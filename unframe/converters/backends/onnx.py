@@ -11,6 +11,7 @@ checked against the float32 one on onnxruntime, like any other artifact."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -40,16 +41,20 @@ class OnnxBackend(Backend):
     suffixes = (".onnx",)
     canonical_opset = None  # keep the model's opset unless --opset asks for another
     artifact_is_graph = True
-    option_names = ("precision",)
+    option_names = ("precision", "sample_shapes")
 
     def distributions(self) -> tuple[str, ...]:
         return ("onnx", "onnx-ir")
 
     def check(self, model: ir.Model, target: Target) -> list[Blocker]:
-        if half_refusals(model, main_opset(model)):
-            # convert gives those nodes their 16-bit type (a higher opset) or float32: check that
+        unranked = unranked_outputs(model)
+        if half_refusals(model, main_opset(model)) or unranked:
+            # convert gives those nodes their 16-bit type (a higher opset) or float32, and outputs
+            # of unknown rank the rank they have when run: check the graph it will write
             model = model.clone()
             cast_around(model, half_refusals(model, main_opset(model)))
+            if unranked:
+                rank_outputs(model, target.get("sample_shapes"))
         return onnx_checker_blockers(model)
 
     def changes_compute(self, target: Target) -> bool:
@@ -88,6 +93,7 @@ class OnnxBackend(Backend):
                          + (f" and {kept} node(s) planned for float32" if kept else "") + " stay in float32")
         remove_dead_values(model)
         notes += rewrite_hazards(model)
+        notes += rank_outputs(model, target.get("sample_shapes"))
         raised, fitted = fit_halves(model, target.opset is None)
         notes += fitted
         metadata = {"unframe.precision": precision} if precision != "fp32" else {}
@@ -235,6 +241,63 @@ def _half_name(node: ir.Node) -> str:
         if v is not None and v.dtype in HALVES:
             return "bfloat16" if v.dtype == ir.DataType.BFLOAT16 else "float16"
     return "16-bit"
+
+
+def unranked_outputs(model: ir.Model) -> list[ir.Value]:
+    """Graph outputs of unknown rank (onnx.checker requires every graph output's shape)."""
+    return [v for v in model.graph.outputs if v.shape is None]
+
+
+def rank_outputs(model: ir.Model, sample_shapes: dict[str, Any] | None) -> list[str]:
+    """Outputs of unknown rank given the rank they have when the graph runs: first from onnx's
+    shape inference (with data propagation), then from one onnxruntime run on feeds drawn at the
+    samples' shapes (what parity fed). A dim is fixed where every graph input is, else named
+    ``<output>_d<axis>``. An output nothing can rank stays as it was (the checker says so)."""
+    unranked = unranked_outputs(model)
+    if not unranked:
+        return []
+    _infer_output_shapes(model, unranked)
+    still = [v for v in unranked if v.shape is None]
+    if still:
+        _run_for_ranks(model, still, sample_shapes)
+    done = [v.name for v in unranked if v.shape is not None]
+    return [f"output(s) {', '.join(done)} of unknown rank in the graph given the rank they have when "
+            "run (onnx.checker requires it)"] if done else []
+
+
+def _infer_output_shapes(model: ir.Model, values: list[ir.Value]) -> None:
+    try:
+        proto = infer_shapes(io.light_proto(model), check_type=False, strict_mode=False)
+    except Exception:  # noqa: BLE001 - no inference: the run below decides
+        return
+    found = {vi.name: vi for vi in (*proto.graph.output, *proto.graph.value_info)}
+    for value in values:
+        vi = found.get(value.name)
+        if vi is not None and vi.type.tensor_type.HasField("shape"):
+            dims = [d.dim_value if d.HasField("dim_value") else (d.dim_param or f"{value.name}_d{i}")
+                    for i, d in enumerate(vi.type.tensor_type.shape.dim)]
+            value.shape = ir.Shape(dims)
+
+
+def _run_for_ranks(model: ir.Model, values: list[ir.Value], sample_shapes: dict[str, Any] | None) -> None:
+    from unframe.validate.inputs import generate_feeds
+    from unframe.validate.onnxruntime import onnx_runner
+
+    work = model.clone()
+    inputs = [v for v in work.graph.inputs if v.name not in work.graph.initializers]
+    for value in inputs:
+        if sample_shapes and value.name in sample_shapes:
+            value.shape = ir.Shape([int(d) for d in sample_shapes[value.name]])
+    fixed = all(v.shape is not None and all(isinstance(d, int) for d in v.shape) for v in inputs)
+    try:
+        outputs = onnx_runner(work).run(generate_feeds(work)[0])
+    except Exception:  # noqa: BLE001 - it can't be run here: the checker's blocker stands
+        return
+    for value in values:
+        got = outputs.get(value.name)
+        if got is not None:
+            shape = np.shape(got)
+            value.shape = ir.Shape([int(d) if fixed else f"{value.name}_d{i}" for i, d in enumerate(shape)])
 
 
 def remove_dead_values(model: ir.Model) -> None:
