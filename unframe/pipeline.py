@@ -730,7 +730,9 @@ class ParityStage(Stage):
             if retry is not None:
                 candidate = retry
                 result = self._compare(flow, ref, candidate, flow.feeds)
-        if result and any(not o.unstable for o in result.outputs if o.weak) and not flow.redrawn:
+        # other inputs may exercise a degenerate reference; a random one stays random
+        degenerate = result.cut_ties or any(o.weak and not o.unstable for o in result.outputs)
+        if result and degenerate and not flow.redrawn:
             result = self._redraw(flow, ref, candidate, result)
         if not result and flow.settings.locate and not result.run_failure:
             flow.divergence = locate_failure(self.checks, flow, result)

@@ -6,6 +6,7 @@ differ from row to row. Real Keras and torch builds through `zoo build`."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +19,10 @@ from unframe.zoo.build import BUILT, build_zoo
 MANIFEST = Path(__file__).resolve().parents[2] / "model_zoo" / "manifest.toml"
 
 
-def _outputs(tmp: Path, names: tuple[str, ...]) -> dict[str, dict[str, np.ndarray]]:
+def _outputs(tmp: Path, names: tuple[str, ...], monkeypatch: pytest.MonkeyPatch
+             ) -> dict[str, dict[str, np.ndarray]]:
+    # the build puts model_zoo/build first on sys.path: later tests import other torch_models
+    monkeypatch.setattr(sys, "path", list(sys.path))
     outcomes = build_zoo(MANIFEST, out_dir=tmp, only=names)
     assert [o.status for o in outcomes] == [BUILT] * len(names), [o.reason for o in outcomes]
     found = {}
@@ -39,18 +43,19 @@ def _assert_informative(model: str, name: str, value: np.ndarray) -> None:
         assert float(np.min(top2[:, 1] - top2[:, 0])) > 1e-3, (model, name)
 
 
-def test_keras_applications_give_informative_outputs(tmp_path: Path) -> None:
+def test_keras_applications_give_informative_outputs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("tensorflow")
     pytest.importorskip("tf2onnx")
-    built = _outputs(tmp_path, ("keras_mobilenet_v1_op15", "keras_small_cnn_op11", "keras_lstm_op13"))
+    built = _outputs(tmp_path, ("keras_mobilenet_v1_op15", "keras_small_cnn_op11", "keras_lstm_op13"),
+                     monkeypatch)
     for model, outputs in built.items():
         for name, value in outputs.items():
             _assert_informative(model, name, value)
 
 
-def test_torch_classifiers_give_informative_outputs(tmp_path: Path) -> None:
+def test_torch_classifiers_give_informative_outputs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("torch")
-    built = _outputs(tmp_path, ("vgg_tiny_op10", "squeezenet_tiny_op12", "unet_tiny_op11"))
+    built = _outputs(tmp_path, ("vgg_tiny_op10", "squeezenet_tiny_op12", "unet_tiny_op11"), monkeypatch)
     for model, outputs in built.items():
         for name, value in outputs.items():
             _assert_informative(model, name, value)
