@@ -255,3 +255,21 @@ def test_function_taking_a_dict(concrete: bool) -> None:
     mask = (_rng(15).random((4, 3)) > 0.5).astype(np.float32)
     got = _session(result.model).run(None, {"features_ids": ids, "features_mask": mask})[0]
     np.testing.assert_allclose(got, ids * mask + 1.0, rtol=1e-6)
+
+
+def test_keras_sequential_capturing_a_constant() -> None:
+    """A Keras 3 Sequential model (tf2onnx's from_keras fails on its output names) whose layer
+    closes over an eager tensor: Keras' own export leaves that tensor a graph input; the route
+    through the model's call makes it an initializer."""
+    import keras
+
+    keras.utils.set_random_seed(0)
+    kernel = tf.constant(_rng(16).standard_normal((3, 3, 3, 4)).astype(np.float32))
+    model = keras.Sequential([keras.Input((8, 8, 3)),
+                              keras.layers.Lambda(lambda x: tf.nn.conv2d(x, kernel, 1, "SAME"))])
+    x = _rng(17).standard_normal((2, 8, 8, 3)).astype(np.float32)
+    result = unframe.convert(model, to="onnx", sample_inputs=x)
+    assert result.report, str(result.report)
+    assert len(result.model.graph.inputs) == 1
+    got = _session(result.model).run(None, {result.model.graph.inputs[0].name: x})[0]
+    np.testing.assert_allclose(got, model(x, training=False).numpy(), rtol=1e-4, atol=1e-4)

@@ -4,9 +4,13 @@ Routes, tried in order until one gives a graph onnxruntime loads and whose numbe
 TensorFlow on the first parity feed:
 
 1. tf2onnx on the source kind (``from_keras``, ``from_function``, the SavedModel loader +
-   ``from_graph_def``, ``from_tflite``) at the wanted opset;
-2. Keras' own ONNX export (``model.export(path, format="onnx")``), for Keras models;
-3. tf2onnx again at another opset (18, or 15 when 18 was the one that failed).
+   ``from_graph_def``, ``from_graph_def`` for a frozen graph, ``from_tflite``) at the wanted
+   opset; a Keras model built on a dict goes to ``from_function`` on its call here;
+2. for other Keras models, tf2onnx's ``from_function`` on the model's call (Keras 3 Sequential
+   models fail in ``from_keras``'s output naming);
+3. Keras' own ONNX export (``model.export(path, format="onnx")``, a dict signature for a dict
+   model), for Keras models;
+4. tf2onnx again at another opset (18, or 15 when 18 was the one that failed).
 
 Every failed attempt is recorded in ``ExportResult.notes``. When every route fails because ops
 have no ONNX mapping, ``UnsupportedError`` names them.
@@ -69,6 +73,10 @@ def attempts(model: TfModel, inputs: Sequence[TensorSpec], opset: int) -> list[A
     tool = _TOOLS[model.kind]
     out = [Attempt(f"{tool} (opset {opset})", tool, opset, lambda: primary(opset))]
     if model.kind == "keras":
+        if not isinstance(getattr(model.obj, "_inputs_struct", None), dict):  # else the first route
+            out.append(Attempt(f"tf2onnx from_function on the model's call (opset {opset})",
+                               "tf2onnx from_function", opset,
+                               lambda: from_keras_call(model, inputs, opset)))
         out.append(Attempt(f"keras export format=onnx (opset {opset})",
                            "keras.Model.export(format='onnx')", opset,
                            lambda: keras_export(model, inputs, opset)))
@@ -99,7 +107,7 @@ def from_keras(model: TfModel, inputs: Sequence[TensorSpec], opset: int) -> onnx
 
     register_tf2onnx_extensions()
     if isinstance(getattr(model.obj, "_inputs_struct", None), dict):
-        return _from_keras_by_name(model, inputs, opset)
+        return from_keras_call(model, inputs, opset)
     with warnings.catch_warnings():
         # tf2onnx calls dict-input models with a list; Keras warns but maps them by name.
         warnings.filterwarnings("ignore", message="The structure of `inputs` doesn't match")
@@ -108,21 +116,31 @@ def from_keras(model: TfModel, inputs: Sequence[TensorSpec], opset: int) -> onnx
     return proto
 
 
-def _from_keras_by_name(model: TfModel, inputs: Sequence[TensorSpec], opset: int) -> onnx.ModelProto:
-    """A model built on a dict of inputs. tf2onnx's from_keras calls it with a list, which plain
-    functional models map by name but keras-hub backbones refuse ("The structure of `inputs`
-    doesn't match"): trace a function that passes the dict, returning the outputs in the order the
-    frontend names them (``model.outputs``)."""
+def from_keras_call(model: TfModel, inputs: Sequence[TensorSpec], opset: int) -> onnx.ModelProto:
+    """tf2onnx's ``from_function`` on a function that calls the Keras model with its inputs in the
+    structure it was built on (one tensor, a list, or a dict: keras-hub backbones refuse the list
+    tf2onnx's ``from_keras`` passes, "The structure of `inputs` doesn't match"), returning the
+    outputs in the order the frontend names them (``model.outputs``). Unlike ``from_keras`` it
+    needs no output names from Keras (Keras 3 Sequential models fail there on ``keras_tensor_3``),
+    and the constants it captures become initializers (``inline_captures``)."""
     import keras
     import tensorflow as tf
     import tf2onnx
 
+    register_tf2onnx_extensions()
     net = model.obj
-    key_of = {value.name: key for key, value in net._inputs_struct.items()}
-    keys = [key_of.get(t.name, t.name) for t in inputs]
+    struct = getattr(net, "_inputs_struct", None)
+    names = [t.name for t in inputs]
 
     def call(*tensors: Any) -> list[Any]:
-        result = net(dict(zip(keys, tensors, strict=True)), training=False)
+        if isinstance(struct, dict):
+            key_of = {value.name: key for key, value in struct.items()}
+            args: Any = {key_of.get(n, n): t for n, t in zip(names, tensors, strict=True)}
+        elif len(tensors) == 1 and not isinstance(struct, (list, tuple)):
+            args = tensors[0]
+        else:
+            args = list(tensors)
+        result = net(args, training=False)
         if isinstance(result, dict) and all(name in result for name in model.outputs):
             return [result[name] for name in model.outputs]
         return keras.tree.flatten(result)
