@@ -96,6 +96,7 @@ def cases() -> list[tuple[str, Callable[[], Any], str, str]]:
         ("HistGradientBoostingRegressor-poisson", lambda: ensemble.HistGradientBoostingRegressor(loss="poisson", max_iter=15), "x", "pos"),
         ("SVC-binary", lambda: svm.SVC(), "x", "bin"),
         ("SVC-multi", lambda: svm.SVC(), "x", "multi"),
+        ("SVC-probability", lambda: svm.SVC(probability=True, random_state=0), "x", "multi"),
         ("LinearSVC", lambda: svm.LinearSVC(), "x", "bin"),
         ("SVR", lambda: svm.SVR(), "x", "reg"),
         ("KNeighborsClassifier", lambda: neighbors.KNeighborsClassifier(5), "x", "multi"),
