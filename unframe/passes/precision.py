@@ -38,6 +38,7 @@ import onnx_ir as ir
 
 from unframe.opset import FALLBACK_OPSET, is_default_domain, main_opset
 from unframe.passes import keeps_fp32
+from unframe.validate.rounding import FLOAT32_INSIDE
 from unframe.version_converter.types import infer_dtypes
 
 FLOAT = ir.DataType.FLOAT
@@ -53,7 +54,7 @@ KEEP_FP32 = frozenset({
     "RMSNormalization", "LpNormalization", "MeanVarianceNormalization", "LRN",
     "Range", "QuantizeLinear", "DequantizeLinear", "NonMaxSuppression", "RoiAlign", "STFT",
     "DFT", "Einsum",
-})
+}) | FLOAT32_INSIDE  # what the 16-bit emulation (validate.rounding) assumes every backend keeps
 # Ops whose output float type comes from an attribute: they stay fp32 and get a Cast after.
 TYPED_BY_ATTRIBUTE = frozenset({
     "Constant", "ConstantOfShape", "RandomNormal", "RandomUniform", "RandomNormalLike",

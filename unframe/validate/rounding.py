@@ -12,7 +12,8 @@ a ``Where`` on one entry of a boolean input::
 
 Two uses:
 
-- ``rounding_error``: every node rounded (but those marked ``unframe.passes.KEEP_FP32``). The
+- ``rounding_error``: every node rounded (but those marked ``unframe.passes.KEEP_FP32`` and the
+  ``FLOAT32_INSIDE`` ops). The
   backend stage's parity allows ``WIDEN`` times that error (the backend also rounds inside its
   accumulations), capped at ``MAX_SHARE`` of the output's scale: a model that loses more than
   that to rounding alone is not one fp16 can serve as it is, and its parity failure says so. A
@@ -22,6 +23,17 @@ Two uses:
   whose rounding already goes past it ends at a node that pushes it over; that node is kept and
   the search repeats, at most ``MAX_KEEP`` times. Backends honour the marks (CoreML leaves those
   ops out of its fp16 pass, TensorRT's precision pass keeps them in float32).
+
+What the emulation rounds is what the backends round: a node's float inputs as it reads them and
+its float outputs as it stores them. Ops whose insides leave fp16's range before their result
+does (a variance squares ``x - mean``: past |x - mean| = 256 it overflows; an L2 norm or a
+log-sum sums before it shrinks; a Fourier transform sums n products) are computed in float32 by
+every 16-bit backend here (``FLOAT32_INSIDE``: CoreML's translation runs their ops in float32,
+TensorRT's and ONNX's precision pass keeps them in float32): they are not switched, as nodes marked
+``KEEP_FP32`` are not, so the emulation reads their inputs as stored and rounds their outputs for
+16-bit readers. Emulating them as one float32 kernel with 16-bit ends while the backend computed
+their statistics in fp16 predicted nothing: FCOS's GroupNorm heads overflowed in CoreML, parity
+failed by up to 72, and the planner found nothing to keep.
 
 The same floor for float32 itself (``source_float32_error``): when an export's parity fails at the
 default tolerance, the source model run in float64 says what float32 alone moves its outputs by
@@ -49,6 +61,11 @@ MAX_SHARE = 0.1  # never more than this share of the output's scale
 FLOAT32_WIDEN = 3.0  # the source's own float32 error, plus an artifact up to twice as inexact
 FLOAT32_MAX_SHARE = 0.01  # the cap, for the source's own float32 error (export parity)
 MAX_KEEP = 12  # nodes the planner keeps in float32 before it gives up
+# computed in float32 by every 16-bit backend (see the module docstring); backends import it
+FLOAT32_INSIDE = frozenset({
+    "LayerNormalization", "GroupNormalization", "InstanceNormalization", "MeanVarianceNormalization",
+    "LpNormalization", "LRN", "ReduceL2", "ReduceLogSum", "DFT", "STFT",
+})
 LOW = {"fp16": ir.DataType.FLOAT16, "bf16": ir.DataType.BFLOAT16}
 FLAGS = "unframe_rounding_flags"
 
@@ -227,6 +244,11 @@ class _Rounded:
         return result if result.errors else None
 
 
+def computes_in_fp32(node: ir.Node) -> bool:
+    """A node every 16-bit backend computes in float32 (``FLOAT32_INSIDE``)."""
+    return node.op_type in FLOAT32_INSIDE and node.domain in ("", "ai.onnx")
+
+
 def _switched_copy(model: ir.Model, low: ir.DataType) -> tuple[ir.Model, list[str], list[int], list[list[int]]]:
     """``model``'s copy with the switches of ``_Rounded`` (a new BOOL input ``FLAGS``, one entry
     per candidate node). As in a 16-bit program, a float value reaches a node rounded when the
@@ -241,8 +263,10 @@ def _switched_copy(model: ir.Model, low: ir.DataType) -> tuple[ir.Model, list[st
         infer_types(work, untyped)
     nodes = list(graph)
     is_float = lambda v: v is not None and v.dtype == ir.DataType.FLOAT  # noqa: E731
-    candidates = [(pos, n) for pos, n in enumerate(nodes) if not keeps_fp32(n)
+    candidates = [(pos, n) for pos, n in enumerate(nodes) if not keeps_fp32(n) and not computes_in_fp32(n)
                   and any(is_float(v) for v in (*n.inputs, *n.outputs))]
+    if not candidates:  # no node computes in 16 bits (a graph of constants, or all kept fp32)
+        return work, [], [], []
     index = {id(n): i for i, (_, n) in enumerate(candidates)}
     flags = ir.Value(name=FLAGS, type=ir.TensorType(ir.DataType.BOOL), shape=ir.Shape([len(candidates)]))
     graph.inputs.append(flags)

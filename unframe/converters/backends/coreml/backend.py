@@ -292,7 +292,8 @@ def _build(translation: Translation, target: Target) -> Any:
     ios = _ios(target)
     fp32_ops = translation.fp32_ops
     fp16 = _precision(target) == "fp16" and not translation.all_fp32  # (the backend notes all-fp32)
-    selector = (lambda op: not _keeps_fp32(op, fp32_ops)) if fp16 and fp32_ops else None
+    computed = set(translation.names.values.values()) - fp32_ops  # what 16-bit nodes compute
+    selector = (lambda op: not _keeps_fp32(op, fp32_ops, computed)) if fp16 and fp32_ops else None
     precision = ct.precision.FLOAT16 if fp16 else ct.precision.FLOAT32
     kwargs: dict[str, Any] = {"pass_pipeline": passes.pipeline(fp16, selector)}
     labels = target.get("class_labels")
@@ -315,11 +316,16 @@ def _options_key(target: Target) -> str:
     return repr(sorted((str(k), repr(v)) for k, v in target.options.items()))
 
 
-def _keeps_fp32(op: Any, fp32_outputs: set[str]) -> bool:
+def _keeps_fp32(op: Any, fp32_outputs: set[str], computed: set[str] = frozenset()) -> bool:  # type: ignore[assignment]
     """An op written for a node that stays in float32 (by its outputs' names, which survive
-    fusions), an op a fusion made for one (a weight's transpose) or the identity naming one."""
+    fusions), an op a fusion made for one (a weight's transpose) or the identity naming one.
+    An op computing a 16-bit node's value (``computed``) stays 16-bit even where a float32 op
+    reads it: that node's output is stored in 16 bits, as the rounding emulation assumes (a
+    Conv before a GroupNorm, whose statistics run in float32)."""
     if any(v.name in fp32_outputs for v in op.outputs):
         return True
+    if any(v.name in computed for v in op.outputs):
+        return False
     if any(c.outputs and c.outputs[0].name in fp32_outputs for v in op.outputs for c in v.child_ops):
         return True
     source = getattr(op, "x", None) if op.op_type == "identity" else None

@@ -52,7 +52,7 @@ import onnx_ir as ir
 from unframe.converters.backends.coreml.context import MIL_DTYPES
 from unframe.errors import Blocker
 from unframe.opset import is_default_domain
-from unframe.passes import KEEP_FP32
+from unframe.passes import KEEP_FP32, keeps_fp32
 
 # ONNX op -> (the MIL op its translator hands the ONNX inputs to, {ONNX input index: MIL input
 # name}); "*" stands for every input of a variadic op. Only inputs passed straight through are
@@ -310,6 +310,8 @@ def _fit_fp16(model: ir.Model) -> list[str]:
     changed = []
     for graph in (model.graph, *_subgraphs(model)):
         for value in graph.initializers.values():
+            if _read_in_fp32(value):
+                continue  # every reader computes in float32 (kept, or FLOAT32_INSIDE): it holds the value
             if value.dtype in _FLOATS and value.const_value is not None:
                 fitted = _fitted(value.const_value.numpy())
                 if fitted is not None:
@@ -323,6 +325,13 @@ def _fit_fp16(model: ir.Model) -> list[str]:
                 node.attributes["value"] = ir.AttrTensor("value", ir.tensor(fitted))
                 changed.append(node.outputs[0].name)
     return changed
+
+
+def _read_in_fp32(value: ir.Value) -> bool:
+    from unframe.validate.rounding import computes_in_fp32
+
+    uses = list(value.uses())
+    return bool(uses) and all(keeps_fp32(user) or computes_in_fp32(user) for user, _ in uses)
 
 
 def _fitted(array: np.ndarray) -> np.ndarray | None:

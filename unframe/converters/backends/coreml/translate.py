@@ -34,6 +34,7 @@ from unframe.converters.backends.coreml.states import (
 from unframe.errors import Blocker, ConversionError, UsageError
 from unframe.opset import is_default_domain
 from unframe.passes import keeps_fp32
+from unframe.validate.rounding import computes_in_fp32
 
 if TYPE_CHECKING:
     from coremltools.converters.mil.mil import Program, Var
@@ -131,7 +132,9 @@ class GraphTranslator:
         inputs = [env[v.name] if v is not None and v.name else None for v in node.inputs]
         ctx = TranslateContext(node, inputs, self.ios, self, env)
         self.at = node
-        block = curr_block() if keeps_fp32(node) else None
+        # kept (a pass's mark, or the planner's), or computed in float32 by every 16-bit backend
+        # (what the rounding emulation assumes: unframe.validate.rounding.FLOAT32_INSIDE)
+        block = curr_block() if keeps_fp32(node) or computes_in_fp32(node) else None
         before = len(block.operations) if block is not None else 0
         try:
             result = spec.fn(ctx)
@@ -383,9 +386,9 @@ def translate(model: ir.Model, ios: int, options: dict[str, Any], *, dry: bool =
                      "check (their values decide nothing it checks); the conversion scans them for "
                      "values past fp16's range")
     if folded:
-        notes.append(f"{folded} rank-6 chain(s) folded to rank 5 (a window Reshape/Transpose's two "
-                     "axes the Transpose keeps together made one, or views through rank 6 made one "
-                     "Reshape; CoreML holds rank 5 at most)")
+        notes.append(f"{folded} rank-6 chain(s) folded to rank 5 (a window Reshape/Transpose computed on "
+                     "rank-5 views, in one or two steps, or views through rank 6 made one Reshape; CoreML "
+                     "holds rank 5 at most)")
     if legal.moved:
         shown = "; ".join(legal.moved[:3]) + (f"; +{len(legal.moved) - 3} more" if len(legal.moved) > 3 else "")
         notes.append(f"{len(legal.moved)} node(s) computed in a type their MIL op takes ({shown})")

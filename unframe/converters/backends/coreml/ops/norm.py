@@ -1,28 +1,35 @@
 """Normalization: BatchNormalization InstanceNormalization LayerNormalization
-GroupNormalization LpNormalization MeanVarianceNormalization LRN."""
+GroupNormalization LpNormalization MeanVarianceNormalization LRN.
+
+Statistics are computed in float32 in every 16-bit program: the variance squares ``x - mean``,
+which leaves fp16's range once |x - mean| passes 256 (FCOS's GroupNorm heads, activations near
+400: 61 of 80 outputs off by up to 72). The normalizations but BatchNormalization (whose
+inference form only scales and shifts) are in ``unframe.validate.rounding.FLOAT32_INSIDE``: the
+graph walk runs every MIL op they write in float32 (the fp16 cast pass leaves them alone), so each
+reads its input as stored and its result is rounded to 16 bits once, as the rounding emulation
+assumes. That honours LayerNormalization's and GroupNormalization's default ``stash_type`` (1,
+float32), which an fp16 program used to ignore; a 16-bit stash_type is computed in float32 too
+(statistics fp16 can't hold, and closer to the float32 reference). BatchNormalization in
+training mode computes its batch statistics in float32 the same way (``in_fp32``).
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 import numpy as np
-import onnx_ir as ir
 
 from unframe.converters.backends.coreml.context import TranslateContext
 from unframe.converters.backends.coreml.ops import translator
-from unframe.converters.backends.coreml.ops._util import broadcast_to_rank, mb, norm_axis, scalar
+from unframe.converters.backends.coreml.ops._util import broadcast_to_rank, in_fp32, mb, norm_axis, scalar
 
 
-def _bn_check(node: ir.Node) -> list[str]:
-    mode = node.attributes.get("training_mode")
-    if mode is not None and int(mode.value):
-        return ["BatchNormalization in training mode (batch statistics) is not an inference op"]
-    return []
-
-
-@translator("BatchNormalization", check=_bn_check)
+@translator("BatchNormalization")
 def batch_norm(ctx: TranslateContext) -> Any:
-    """y = x * s + t with s = scale / sqrt(var + eps), t = bias - mean * s (folded when constant)."""
+    """y = x * s + t with s = scale / sqrt(var + eps), t = bias - mean * s (folded when constant).
+    In training mode, the batch's own statistics (see :func:`_batch_norm_training`)."""
+    if int(ctx.attr("training_mode", 0)):
+        return _batch_norm_training(ctx)
     m, x = mb(), ctx.x(0)
     eps = float(ctx.attr("epsilon", 1e-5))
     rank = ctx.rank(0)
@@ -39,12 +46,40 @@ def batch_norm(ctx: TranslateContext) -> Any:
     return m.add(x=m.mul(x=m.mul(x=m.sub(x=x, y=mean), y=inv), y=scale), y=bias)
 
 
-def _normalize(x: Any, axes: list[int], eps: float) -> tuple[Any, Any, Any]:
-    """(x - mean) / sqrt(var + eps) over ``axes``; also returns mean and 1/std."""
+def _batch_norm_training(ctx: TranslateContext) -> Any:
+    """training_mode=1 (a model exported in train mode, or BatchNorm used as a per-batch
+    normalizer): statistics over every axis but the channels, in float32, and the running
+    statistics the op also returns::
+
+        y = (x - mean_b) / sqrt(var_b + eps) * scale + bias      (var_b: the population variance)
+        running_mean = mean * momentum + mean_b * (1 - momentum)  (the same for running_var)
+    """
+    m, x = mb(), ctx.x(0)
+    rank = ctx.rank(0)
+    eps, momentum = float(ctx.attr("epsilon", 1e-5)), float(ctx.attr("momentum", 0.9))
+    axes = [0, *range(2, rank)]
+    with in_fp32(ctx):
+        mean_b, centred, var_b = _moments(x, axes)
+        y = m.mul(x=centred, y=m.rsqrt(x=var_b, epsilon=eps))
+        y = m.add(x=m.mul(x=y, y=broadcast_to_rank(_value(ctx, 1), rank, 1)), y=broadcast_to_rank(_value(ctx, 2), rank, 1))
+        keep, take = np.float32(momentum), np.float32(1.0 - momentum)
+        running_mean = m.add(x=m.mul(x=_value(ctx, 3), y=keep), y=m.mul(x=m.squeeze(x=mean_b, axes=axes), y=take))
+        running_var = m.add(x=m.mul(x=_value(ctx, 4), y=keep), y=m.mul(x=m.squeeze(x=var_b, axes=axes), y=take))
+    return y, running_mean, running_var
+
+
+def _moments(x: Any, axes: list[int]) -> tuple[Any, Any, Any]:
+    """(mean, x - mean, population variance) over ``axes``, kept as broadcastable dims."""
     m = mb()
     mean = m.reduce_mean(x=x, axes=axes, keep_dims=True)
     centered = m.sub(x=x, y=mean)
-    var = m.reduce_mean(x=m.mul(x=centered, y=centered), axes=axes, keep_dims=True)
+    return mean, centered, m.reduce_mean(x=m.mul(x=centered, y=centered), axes=axes, keep_dims=True)
+
+
+def _normalize(x: Any, axes: list[int], eps: float) -> tuple[Any, Any, Any]:
+    """(x - mean) / sqrt(var + eps) over ``axes``; also returns mean and 1/std."""
+    m = mb()
+    mean, centered, var = _moments(x, axes)
     inv = m.rsqrt(x=var, epsilon=eps) if eps > 0 else m.inverse(x=m.sqrt(x=var))
     return m.mul(x=centered, y=inv), mean, inv
 

@@ -33,6 +33,7 @@ def _reduce(mil_op: str) -> Any:
         if rank == 0:
             return mb().identity(x=x)
         axes = sorted(norm_axis(a, rank) for a in axes)
+        # ReduceL2 and ReduceLogSum run in float32 (validate.rounding.FLOAT32_INSIDE: the graph walk)
         return getattr(mb(), mil_op)(x=x, axes=axes, keep_dims=keep)
 
     fn.__name__ = f"translate_{mil_op}"
