@@ -101,7 +101,7 @@ PARAMETER_INPUTS: dict[str, tuple[int, ...]] = {
     "ReduceL1": (1,), "ReduceL2": (1,), "ReduceLogSum": (1,), "ReduceLogSumExp": (1,),
     "ReduceSumSquare": (1,), "HannWindow": (0,), "HammingWindow": (0,), "BlackmanWindow": (0,),
     "Clip": (1, 2), "Upsample": (1,), "CenterCropPad": (1,), "Dropout": (1, 2),
-    "NonMaxSuppression": (2, 3, 4),
+    "NonMaxSuppression": (2, 3, 4), "Col2Im": (1, 2), "DFT": (1, 2), "STFT": (1, 3),
 }
 
 

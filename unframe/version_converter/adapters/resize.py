@@ -9,6 +9,8 @@ Resize 10->11::  Resize_10(x, scales)            ->  Resize_11(x, roi=[], scales
                                                       nearest_mode="floor")
 Resize 11->10::  only asymmetric coordinates, nearest(floor)/linear, scales (or sizes with a static
                  input shape), no exclude_outside
+Resize 12->13::  tf_half_pixel_for_nn (removed at 13) as half_pixel: nearest floor -> round_prefer_ceil,
+                 round_prefer_floor -> ceil (the same pixels); other roundings and linear refused
 Resize 13->12::  empty roi/scales inputs made explicit (they are required before 13)
 Resize 19->18::  refused for coordinate_transformation_mode="half_pixel_symmetric"
 Resize 18->17::  Resize(x, roi, scales|sizes, axes=a)  ->  Resize(x, roi', full-rank scales|sizes)
@@ -118,10 +120,24 @@ def resize_11_10(node: ir.Node, step: Step) -> None:
     node.replace_input_with(1, keep)
 
 
+# tf_half_pixel_for_nn samples q = (y + 0.5) / scale; half_pixel samples q - 0.5. Two nearest
+# roundings of q are roundings of q - 0.5 (q - 0.5 is exact in float32 wherever it is >= 0):
+# floor(q) == round-half-up(q - 0.5), round-half-down(q) == ceil(q - 0.5).
+_TF_NN_AS_HALF_PIXEL = {"floor": "round_prefer_ceil", "round_prefer_floor": "ceil"}
+
+
 @adapter("Resize", 12, 13)
 def resize_12_13(node: ir.Node, step: Step) -> None:
-    if step.attr("coordinate_transformation_mode") == "tf_half_pixel_for_nn":
-        step.refuse("coordinate_transformation_mode='tf_half_pixel_for_nn' was removed at opset 13")
+    """tf_half_pixel_for_nn (tf2onnx's ResizeNearestNeighbor with half_pixel_centers, nearest
+    floor) was removed at 13; written as half_pixel with the rounding that picks the same pixels."""
+    if step.attr("coordinate_transformation_mode") != "tf_half_pixel_for_nn":
+        return
+    mode, rounding = step.attr("mode", "nearest"), step.attr("nearest_mode", "round_prefer_floor")
+    if mode != "nearest" or rounding not in _TF_NN_AS_HALF_PIXEL:
+        step.refuse(f"coordinate_transformation_mode='tf_half_pixel_for_nn' was removed at opset 13 "
+                    f"(mode={mode!r}, nearest_mode={rounding!r} has no equivalent after it)")
+    step.set_attr("coordinate_transformation_mode", "half_pixel")
+    step.set_attr("nearest_mode", _TF_NN_AS_HALF_PIXEL[rounding])
 
 
 @adapter("Resize", 13, 12)

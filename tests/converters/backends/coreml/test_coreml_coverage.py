@@ -10,7 +10,9 @@ from unframe.converters.backends.coreml.ops import TRANSLATORS, supported_ops
 
 # ops whose dedicated tests live in this folder (test_coreml_ops.py / test_coreml_e2e.py)
 DEDICATED = {"Loop", "GlobalLpPool", "Expand", "Gelu", "Scan",  # Scan: test_coreml_ml.py
-             "NonMaxSuppression"}  # test_coreml_nms.py
+             "NonMaxSuppression",  # test_coreml_nms.py
+             # random draws: shape, dtype and range only (test_coreml_vendor_ops.py)
+             "RandomUniformLike", "RandomUniform", "RandomNormalLike", "RandomNormal"}
 
 
 def test_at_least_130_default_domain_ops() -> None:

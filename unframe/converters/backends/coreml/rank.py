@@ -21,6 +21,8 @@ evaluator on the package) proves each rewrite on the model's own inputs.
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import onnx_ir as ir
 
@@ -191,30 +193,123 @@ def _fold(graph: ir.Graph, first: ir.Node) -> bool:
     rank = _target_length(target)
     if rank is None or rank <= MAX_RANK:
         return False
-    transpose = _only_user(first.outputs[0], graph)
-    if transpose is None or not _is(transpose, "Transpose"):
+    found = _transposes_then_reshape(graph, first, rank)
+    if found is None:
         return False
-    perm_attr = transpose.attributes.get("perm")
-    if perm_attr is None:
-        return False
-    perm = [int(p) for p in perm_attr.as_ints()]
-    if sorted(perm) != list(range(rank)):
-        return False
-    last = _only_user(transpose.outputs[0], graph)
-    if last is None or not _is(last, "Reshape"):
-        return False
+    transposes, perm, last = found
     axis = _kept_pair(perm)
-    if axis is None or _copies_dims(last, axis):
+    if axis is not None:
+        if _copies_dims(last, axis):
+            return False
+        merged_target = _merged_target(graph, first, target, axis, rank)
+        if merged_target is None:
+            return False
+        _join(graph, transposes)
+        transpose = transposes[0]
+        first.replace_input_with(1, merged_target)
+        transpose.attributes["perm"] = ir.AttrInt64s("perm", _without(perm, axis))
+        first.outputs[0].shape = None  # re-inferred downstream; the old rank is wrong now
+        transpose.outputs[0].shape = None
+        return True
+    return _fold_in_two(graph, first, target, transposes, perm, last, rank)
+
+
+def _transposes_then_reshape(graph: ir.Graph, first: ir.Node, rank: int
+                             ) -> tuple[list[ir.Node], list[int], ir.Node] | None:
+    """The Transposes (one or more, each read once) between ``first`` and the Reshape that
+    leaves rank 6, their composed perm, and that Reshape."""
+    transposes: list[ir.Node] = []
+    perm = list(range(rank))
+    node = _only_user(first.outputs[0], graph)
+    while node is not None and _is(node, "Transpose"):
+        attr = node.attributes.get("perm")
+        if attr is None:
+            return None
+        step = [int(p) for p in attr.as_ints()]
+        if sorted(step) != list(range(rank)):
+            return None
+        perm = [perm[p] for p in step]
+        transposes.append(node)
+        node = _only_user(node.outputs[0], graph)
+    if not transposes or node is None or not _is(node, "Reshape"):
+        return None
+    return transposes, perm, node
+
+
+def _join(graph: ir.Graph, transposes: list[ir.Node]) -> None:
+    """Several Transposes in a row become the first (the caller sets its composed perm)."""
+    for extra in transposes[1:]:
+        extra.outputs[0].replace_all_uses_with(transposes[0].outputs[0])
+        graph.remove(extra, safe=True)
+
+
+def _without(perm: list[int], axis: int) -> list[int]:
+    """``perm`` with input axes ``axis`` and ``axis + 1`` (side by side in its output) as one."""
+    return [p if p <= axis else p - 1 for p in perm if p != axis + 1]
+
+
+def _two_steps(perm: list[int]) -> tuple[list[int], list[int]] | None:
+    """(R, Q) with ``perm`` == R then Q, each keeping two axes side by side and in order
+    (so each is a Transpose of a rank-5 view): MaxViT's window partition (0, 2, 4, 3, 5, 1)
+    keeps none, but is (0, 1, 2, 4, 3, 5), which keeps 0 and 1, then a perm keeping 4 and 3."""
+    for first in itertools.permutations(range(len(perm))):
+        r = list(first)
+        if _kept_pair(r) is None:
+            continue
+        q = [r.index(p) for p in perm]
+        if _kept_pair(q) is not None:
+            return r, q
+    return None
+
+
+def _fold_in_two(graph: ir.Graph, first: ir.Node, target: ir.Value, transposes: list[ir.Node],
+                 perm: list[int], last: ir.Node, rank: int) -> bool:
+    """A rank-6 perm that keeps no two axes together, as two Transposes of rank-5 views with a
+    Reshape (a view of the same elements) between them::
+
+        x -> Reshape [d0..d5] -> Transpose (perm) -> Reshape ...
+        x -> Reshape [d0..d5 with R's pair merged] -> Transpose R'
+          -> Reshape [the dims in R's order, with Q's pair merged] -> Transpose Q' -> Reshape ...
+    """
+    steps = _two_steps(perm)
+    if steps is None or target.const_value is None:
         return False
-    merged_target = _merged_target(graph, first, target, axis, rank)
-    if merged_target is None:
+    r, q = steps
+    values = [int(v) for v in target.const_value.numpy().reshape(-1)]
+    if (0 in values and not _allowzero(first)) or values.count(-1) > 1:
+        return False  # a 0 copies an input dim that the merges would move
+    a, b = _kept_pair(r), _kept_pair(q)
+    assert a is not None and b is not None
+    if _copies_dims(last, q.index(b)):
         return False
-    first.replace_input_with(1, merged_target)
-    new_perm = [p if p <= axis else p - 1 for p in perm if p != axis + 1]
-    transpose.attributes["perm"] = ir.AttrInt64s("perm", new_perm)
-    first.outputs[0].shape = None  # re-inferred downstream; the old rank is wrong now
+    between = [values[p] for p in r]  # the rank-6 dims after R
+    first.replace_input_with(1, _const_target(graph, first, _merge_at(values, a), "rank5_in"))
+    _join(graph, transposes)
+    transpose = transposes[0]
+    transpose.attributes["perm"] = ir.AttrInt64s("perm", _without(r, a))
+    view = ir.node("Reshape", [transpose.outputs[0], _const_target(graph, first, _merge_at(between, b), "rank5_mid")],
+                   attributes={"allowzero": int(0 in between)}, name=f"{transpose.name or 'transpose'}_view")
+    view.outputs[0].name = f"{transpose.outputs[0].name}_view"
+    second = ir.node("Transpose", [view.outputs[0]], attributes={"perm": _without(q, b)},
+                     name=f"{transpose.name or 'transpose'}_then")
+    second.outputs[0].name = f"{transpose.outputs[0].name}_then"
+    graph.insert_after(transpose, [view, second])
+    last.replace_input_with(0, second.outputs[0])
+    first.outputs[0].shape = None
     transpose.outputs[0].shape = None
     return True
+
+
+def _merge_at(values: list[int], axis: int) -> list[int]:
+    a, b = values[axis], values[axis + 1]
+    return values[:axis] + [-1 if -1 in (a, b) else a * b] + values[axis + 2:]
+
+
+def _const_target(graph: ir.Graph, near: ir.Node, values: list[int], tag: str) -> ir.Value:
+    value = ir.Value(name=f"{near.name or 'reshape'}_{tag}_target", const_value=ir.tensor(np.array(values, np.int64)),
+                     type=ir.TensorType(ir.DataType.INT64), shape=ir.Shape([len(values)]))
+    graph.register_initializer(value)
+    return value
 
 
 def _is(node: ir.Node, op: str) -> bool:

@@ -381,3 +381,21 @@ def test_resample_matches_grid_sample(align_corners: bool) -> None:
              for mode, padding in (("bilinear", "zeros"), ("bilinear", "border"), ("nearest", "border"))]
     for got, want in zip(outs, wants, strict=True):
         np.testing.assert_allclose(got, want.numpy(), rtol=1e-5, atol=1e-5)
+
+
+@covers("random_uniform", "random_normal")
+def test_random_draws_have_the_asked_shape_distribution_and_seed() -> None:
+    """Core ML's generator is not numpy's: what the kernels promise is the shape, the dtype, the
+    distribution, and that a seed (>= 0) repeats its draw."""
+    shape = np.array([50, 80], np.int32)
+
+    def body(v: Any) -> Any:
+        return (mb.random_uniform(shape=shape, low=np.float32(-1.0), high=np.float32(4.0), seed=7),
+                mb.random_normal(shape=shape, mean=np.float32(2.0), stddev=np.float32(0.5), seed=7),
+                mb.random_uniform(shape=shape, low=np.float32(-1.0), high=np.float32(4.0), seed=7), v)
+
+    uniform, normal, again, _ = evaluate_one("random_uniform", body, rand(1, 2))
+    assert uniform.shape == normal.shape == (50, 80) and uniform.dtype == np.float32
+    assert uniform.min() >= -1.0 and uniform.max() < 4.0 and abs(uniform.mean() - 1.5) < 0.1
+    assert abs(normal.mean() - 2.0) < 0.05 and abs(normal.std() - 0.5) < 0.05
+    np.testing.assert_array_equal(again, uniform)

@@ -23,7 +23,7 @@ class KernelError(RuntimeError):
 _FAMILIES = (
     "elementwise", "activation", "reduction", "conv", "pool", "normalization", "linear",
     "tensor_operation", "tensor_transformation", "scatter_gather", "image_resizing",
-    "recurrent", "control_flow", "constexpr", "quantization", "transformers", "classify", "states",
+    "recurrent", "control_flow", "constexpr", "quantization", "transformers", "classify", "states", "random",
 )
 
 KERNELS: Registry[KernelFn] = Registry(

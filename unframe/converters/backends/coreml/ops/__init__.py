@@ -25,7 +25,7 @@ CheckFn = Callable[["ir.Node"], list[str]]
 
 _FAMILIES = (
     "activation", "elementwise", "conv", "pool", "norm", "reduce", "tensor", "shape", "gather",
-    "resize", "linear", "rnn", "control_flow", "quant", "misc",
+    "resize", "linear", "rnn", "control_flow", "quant", "misc", "bitwise", "signal", "random_ops",
 )
 
 
@@ -53,9 +53,6 @@ TRANSLATORS: Registry[Translator] = Registry(
 
 # ONNX ops with no translator, and the supported op (or rewrite) to use instead.
 ALTERNATIVES: dict[str, str] = {
-    "DFT": "compute the transform with MatMul against a DFT matrix",
-    "STFT": "frame the signal and use MatMul with a DFT matrix",
-    "Col2Im": "use ConvTranspose",
     "Unique": "none on CoreML (dynamic output size); move it out of the model",
     "StringNormalizer": "pre-process strings outside the model",
     "RegexFullMatch": "pre-process strings outside the model",
@@ -63,10 +60,6 @@ ALTERNATIVES: dict[str, str] = {
     "StringConcat": "pre-process strings outside the model",
     "MaxUnpool": "use ScatterND or Resize",
     "Bernoulli": "pass random values as an input",
-    "RandomNormal": "pass random values as an input",
-    "RandomUniform": "pass random values as an input",
-    "RandomNormalLike": "pass random values as an input",
-    "RandomUniformLike": "pass random values as an input",
     "Multinomial": "pass random values as an input",
     "NegativeLogLikelihoodLoss": "compute the loss outside the inference model",
     "SoftmaxCrossEntropyLoss": "compute the loss outside the inference model",
@@ -80,11 +73,6 @@ ALTERNATIVES: dict[str, str] = {
     "ConcatFromSequence": "use Concat",
     "ImageDecoder": "decode images outside the model (CoreML takes image inputs: --image-input)",
     "RoiAlign": "crop with Slice and Resize",
-    "BitShift": "use Mul / Div by powers of two",
-    "BitwiseAnd": "use And on bool tensors",
-    "BitwiseOr": "use Or on bool tensors",
-    "BitwiseXor": "use Xor on bool tensors",
-    "BitwiseNot": "use Not on bool tensors",
     "ConvInteger": "use DequantizeLinear + Conv",
     "MatMulInteger": "use DequantizeLinear + MatMul",
     "QLinearConv": "use DequantizeLinear + Conv + QuantizeLinear",

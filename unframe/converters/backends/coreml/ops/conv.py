@@ -107,3 +107,45 @@ def _pad_or_crop(y: Any, before: list[int], after: list[int]) -> Any:
         flat = np.array([p for i in range(rank) for p in (pad_b[i], pad_a[i])], dtype=np.int32)
         y = m.pad(x=y, pad=flat, mode="constant", constant_val=0.0)
     return y
+
+
+@translator("Col2Im")
+def col2im(ctx: TranslateContext) -> Any:
+    """Col2Im (torch's ``fold``) is a transposed convolution whose kernel only places: the
+    columns [N, C * prod(block), L] viewed as [N, C * prod(block), L_1, .., L_n] (the block
+    grid), then a grouped conv_transpose (one group per channel) with one-hot kernels, one per
+    block position, so each column element lands at its pixel and overlaps add (exact)::
+
+        W[c * K + j, 0, *block] = 1 at block position j (K = prod(block)), groups = C
+        y = crop(conv_transpose(cols, W, strides, dilations), pads)
+    """
+    m, cols = mb(), ctx.x(0)
+    image = [int(v) for v in ctx.need_const(1, "image_shape")]
+    block = [int(v) for v in ctx.need_const(2, "block_shape")]
+    spatial = len(block)
+    strides, dilations = _ints(ctx, "strides", spatial), _ints(ctx, "dilations", spatial)
+    pads = [int(p) for p in ctx.attr("pads", [0] * (2 * spatial))]
+    per_pixel = int(np.prod(block))
+    channels = cols.shape[1]
+    if not isinstance(channels, (int, np.integer)) or int(channels) % per_pixel:
+        raise ctx.err("Col2Im needs a static channel size, a multiple of prod(block_shape)")
+    groups = int(channels) // per_pixel
+    grid = [(n + pads[i] + pads[i + spatial] - ((k - 1) * d + 1)) // s + 1
+            for i, (n, k, s, d) in enumerate(zip(image, block, strides, dilations, strict=True))]
+    batch = cols.shape[0]
+    lead = (np.array([int(batch), int(channels)], np.int32) if isinstance(batch, (int, np.integer))
+            else m.concat(values=[m.slice_by_index(x=m.shape(x=cols), begin=np.array([0], np.int32),
+                                                   end=np.array([1], np.int32)),
+                                  np.array([int(channels)], np.int32)], axis=0))
+    shape = np.concatenate([lead, np.array(grid, np.int32)]) if isinstance(lead, np.ndarray) else \
+        m.concat(values=[lead, np.array(grid, np.int32)], axis=0)
+    grid_view = m.reshape(x=cols, shape=shape)
+    placing = np.tile(np.eye(per_pixel, dtype=np.float32).reshape(per_pixel, 1, *block), (groups, 1) + (1,) * spatial)
+    dt = np.float16 if str(cols.dtype) == "fp16" else np.float32
+    y = m.conv_transpose(x=grid_view, weight=placing.astype(dt), strides=strides, dilations=dilations,
+                         groups=groups, pad_type="valid")
+    # the blocks cover (L - 1) * s + (k - 1) * d + 1 pixels from the begin padding on; what is
+    # left of the image past them (a stride that doesn't divide it) gets nothing: zeros
+    covered = [(g - 1) * s + (k - 1) * d + 1 for g, s, k, d in zip(grid, strides, block, dilations, strict=True)]
+    return _pad_or_crop(y, [0, 0] + [-p for p in pads[:spatial]],
+                        [0, 0] + [n + p - c for n, p, c in zip(image, pads[:spatial], covered, strict=True)])

@@ -9,7 +9,7 @@ import onnx_ir as ir
 
 from unframe.converters.backends.coreml.context import TranslateContext
 from unframe.converters.backends.coreml.ops import translator
-from unframe.converters.backends.coreml.ops._util import cast, dim, mb, norm_axis
+from unframe.converters.backends.coreml.ops._util import cast, dim, mb, norm_axis, shape_of
 
 
 def _positive(ctx: TranslateContext, indices: Any, size: Any, i: int) -> Any:
@@ -65,7 +65,63 @@ def scatter_elements(ctx: TranslateContext) -> Any:
     axis = norm_axis(int(ctx.attr("axis", 0)), ctx.rank(0))
     idx = _positive(ctx, ctx.x(1), dim(x, axis), 1)
     mode = _MODES[ctx.attr("reduction", "none")]
-    return mb().scatter_along_axis(data=x, indices=idx, updates=ctx.x(2), axis=axis, mode=mode)
+    if _same_dims_off_axis(x, ctx.x(1), axis):
+        return mb().scatter_along_axis(data=x, indices=idx, updates=ctx.x(2), axis=axis, mode=mode)
+    return _scatter_flat(x, idx, ctx.x(2), axis, mode)
+
+
+def _same_dims_off_axis(data: Any, indices: Any, axis: int) -> bool:
+    """MIL's scatter_along_axis asks for data's dims off the axis to *be* the indices' (its type
+    inference asserts it); ONNX only bounds them. Symbolic dims (a dynamic batch, a count
+    computed in the graph) prove nothing either way."""
+    return all(i == axis or (isinstance(a, (int, np.integer)) and isinstance(b, (int, np.integer))
+                             and int(a) == int(b))
+               for i, (a, b) in enumerate(zip(data.shape, indices.shape, strict=True)))
+
+
+def _scatter_flat(data: Any, idx: Any, updates: Any, axis: int, mode: str) -> Any:
+    """ScatterElements whatever the indices' shape: each index element's position in ``data``
+    as one flat offset (the index on ``axis``, the element's own coordinate on every other
+    axis, times data's strides), then scatter_nd into the flattened data::
+
+        data [N, 5], indices [M, 2] (axis 1) -> offset[m, j] = m * 5 + indices[m, j]
+        -> scatter_nd(data [N * 5], offset [M * 2, 1], updates [M * 2]) -> reshape [N, 5]
+    """
+    m = mb()
+    rank = len(data.shape)
+    offset = None
+    for d in range(rank):
+        coordinate = idx if d == axis else _coordinate(idx, d, rank)
+        stride = _stride(data, d)
+        term = coordinate if isinstance(stride, int) and stride == 1 else m.mul(x=coordinate, y=stride)
+        offset = term if offset is None else m.add(x=offset, y=term)
+    flat = m.scatter_nd(data=m.reshape(x=data, shape=np.array([-1], np.int32)),
+                        indices=m.reshape(x=offset, shape=np.array([-1, 1], np.int32)),
+                        updates=m.reshape(x=updates, shape=np.array([-1], np.int32)), mode=mode)
+    return m.reshape(x=flat, shape=shape_of(data))
+
+
+def _coordinate(idx: Any, axis: int, rank: int) -> Any:
+    """Each element's own coordinate on ``axis``, in ``idx``'s shape (int32)."""
+    m = mb()
+    size = dim(idx, axis)
+    line = (np.arange(size, dtype=np.int32) if isinstance(size, int)
+            else m.range_1d(start=np.int32(0), end=size, step=np.int32(1)))
+    shape = [1] * rank
+    shape[axis] = -1
+    along = line.reshape(shape) if isinstance(line, np.ndarray) else m.reshape(x=line, shape=np.array(shape, np.int32))
+    return m.add(x=m.mul(x=idx, y=np.int32(0)), y=along)  # broadcast to the indices' shape
+
+
+def _stride(data: Any, axis: int) -> Any:
+    """How many elements one step on ``axis`` of ``data`` skips: an int, or an int32 var."""
+    rest = data.shape[axis + 1:]
+    if all(isinstance(d, (int, np.integer)) for d in rest):
+        return int(np.prod([int(d) for d in rest], dtype=np.int64))
+    m = mb()
+    tail = m.slice_by_index(x=m.shape(x=data), begin=np.array([axis + 1], np.int32),
+                            end=np.array([len(data.shape)], np.int32))
+    return m.reduce_prod(x=tail, axes=[0], keep_dims=False)
 
 
 @translator("ScatterND")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from unframe.converters.backends.coreml.context import TranslateContext
 from unframe.converters.backends.coreml.ops import translator
 from unframe.converters.backends.coreml.ops._util import mb, scalar
@@ -76,19 +78,10 @@ def gemm(ctx: TranslateContext) -> Any:
     return y
 
 
-def _einsum_check(node: Any) -> list[str]:
-    eq = node.attributes.get("equation")
-    text = eq.value if eq is not None else ""
-    text = text.decode() if isinstance(text, bytes) else text
-    lhs = text.replace(" ", "").split("->")[0]
-    if any(len(set(term.replace("...", ""))) != len(term.replace("...", "")) for term in lhs.split(",")):
-        return [f"Einsum equation {text!r} repeats an index within one operand (a diagonal)"]
-    return []
-
-
-@translator("Einsum", check=_einsum_check)
+@translator("Einsum")
 def einsum(ctx: TranslateContext) -> Any:
-    """Any einsum without diagonals: each operand is transposed and expanded onto the full index
+    """Any einsum: an index repeated within one operand first takes that operand's diagonal
+    (:func:`_diagonal`); then each operand is transposed and expanded onto the full index
     space, the operands are multiplied (broadcasting), and the summed indices are reduced.
 
         "bij,bjk->bik":  A[b,i,j,1] * B[b,1,j,k] -> reduce_sum(j) -> [b,i,k]
@@ -109,10 +102,20 @@ def einsum(ctx: TranslateContext) -> Any:
                 counts[c] = counts.get(c, 0) + 1
         rhs = _ELL[10 - n_ell:] if n_ell else ""
         rhs += "".join(sorted(c for c, n in counts.items() if n == 1 and c.isalpha()))
-    letters = list(dict.fromkeys(rhs + "".join(terms)))
-    product = None
+    operands = []
     for i, term in enumerate(terms):
         v = ctx.x(i)
+        while len(set(term)) != len(term):
+            v, term = _diagonal(ctx, v, term)
+        operands.append(v)
+        terms[i] = term
+    if len(operands) == 2:
+        contracted = _as_matmul(operands, terms, rhs)
+        if contracted is not None:
+            return contracted
+    letters = list(dict.fromkeys(rhs + "".join(terms)))
+    product = None
+    for v, term in zip(operands, terms, strict=True):
         order = [term.index(c) for c in letters if c in term]
         if order != list(range(len(term))):
             v = m.transpose(x=v, perm=order)
@@ -131,6 +134,104 @@ def einsum(ctx: TranslateContext) -> Any:
 
 
 _ELL = "0123456789"
+
+
+def _as_matmul(operands: list[Any], terms: list[str], rhs: str) -> Any:
+    """A two-operand einsum as one batched MatMul, whose rank stays that of its operands (the
+    broadcast product of :func:`einsum` spans every index: rank 6 for MaxViT's attention
+    "BGHID,BGHJD->BGHIJ", which Core ML can't hold)::
+
+        A -> transpose [batch.., left.., summed..] -> [batch.., L, K]
+        B -> transpose [batch.., summed.., right..] -> [batch.., K, R]
+        matmul -> [batch.., L, R] -> [batch.., left.., right..] -> transpose to the output's order
+
+    None where a merged group has a dynamic size (the broadcast product handles those)."""
+    m = mb()
+    (a, b), (ta, tb) = operands, terms
+    a, ta = _sum_alone(a, ta, tb + rhs)
+    b, tb = _sum_alone(b, tb, ta + rhs)
+    batch = [c for c in rhs if c in ta and c in tb]
+    left = [c for c in rhs if c in ta and c not in tb]
+    right = [c for c in rhs if c in tb and c not in ta]
+    summed = [c for c in ta if c in tb and c not in rhs]
+    size = {c: d for t, v in ((ta, a), (tb, b)) for c, d in zip(t, v.shape, strict=True)}
+    static = all(isinstance(size[c], (int, np.integer)) for c in left + right + summed)
+    if not static:
+        return None
+    a = _grouped(_ordered(a, ta, batch + left + summed), len(batch), len(left))
+    b = _grouped(_ordered(b, tb, batch + summed + right), len(batch), len(summed))
+    out = m.matmul(x=a, y=b)
+    out = _ungrouped(out, len(batch), [int(size[c]) for c in left], [int(size[c]) for c in right])
+    order = batch + left + right
+    perm = [order.index(c) for c in rhs]
+    return out if perm == list(range(len(perm))) else m.transpose(x=out, perm=perm)
+
+
+def _sum_alone(v: Any, term: str, elsewhere: str) -> tuple[Any, str]:
+    """Indices only this operand has and the output lacks are summed first."""
+    alone = [k for k, c in enumerate(term) if c not in elsewhere]
+    if not alone:
+        return v, term
+    return mb().reduce_sum(x=v, axes=alone, keep_dims=False), "".join(c for c in term if c not in elsewhere)
+
+
+def _ordered(v: Any, term: str, order: list[str]) -> Any:
+    perm = [term.index(c) for c in order]
+    return v if perm == list(range(len(perm))) else mb().transpose(x=v, perm=perm)
+
+
+def _grouped(v: Any, lead: int, rows: int) -> Any:
+    """[lead.., rows.., cols..] viewed as [lead.., prod(rows), prod(cols)] (its own lead dims:
+    a batch dim of 1 broadcasts in the matmul). The row and column dims are static here."""
+    m = mb()
+    dims = list(v.shape)
+    row_dims, col_dims = dims[lead:lead + rows], dims[lead + rows:]
+    if len(row_dims) == 1 and len(col_dims) == 1:
+        return v
+    shape = [int(np.prod(row_dims, dtype=np.int64)), int(np.prod(col_dims, dtype=np.int64))]
+    if all(isinstance(d, (int, np.integer)) for d in dims[:lead]):
+        return m.reshape(x=v, shape=np.array([*(int(d) for d in dims[:lead]), *shape], np.int32))
+    head = m.slice_by_index(x=m.shape(x=v), begin=np.array([0], np.int32), end=np.array([lead], np.int32))
+    return m.reshape(x=v, shape=m.concat(values=[head, np.array(shape, np.int32)], axis=0))
+
+
+def _ungrouped(v: Any, lead: int, rows: list[int], cols: list[int]) -> Any:
+    """[lead.., L, R] back to [lead.., rows.., cols..]."""
+    m = mb()
+    if len(rows) == 1 and len(cols) == 1:
+        return v
+    if all(isinstance(d, (int, np.integer)) for d in v.shape[:lead]):
+        return m.reshape(x=v, shape=np.array([*(int(d) for d in v.shape[:lead]), *rows, *cols], np.int32))
+    head = m.slice_by_index(x=m.shape(x=v), begin=np.array([0], np.int32), end=np.array([lead], np.int32))
+    return m.reshape(x=v, shape=m.concat(values=[head, np.array([*rows, *cols], np.int32)], axis=0))
+
+
+def _diagonal(ctx: TranslateContext, v: Any, term: str) -> tuple[Any, str]:
+    """The diagonal of the first index ``term`` repeats ("bii" -> "bi"): its two axes moved
+    last, viewed as one axis of n * n elements, and gathered at 0, n + 1, 2 (n + 1)... (exact)::
+
+        x[b, i, j] -> reshape [b, n * n] -> gather(indices = arange(n) * (n + 1)) -> [b, n]
+    """
+    m = mb()
+    letter = next(c for c in term if term.count(c) > 1)
+    first = term.index(letter)
+    second = term.index(letter, first + 1)
+    n = v.shape[first]
+    if not isinstance(n, (int, np.integer)):
+        raise ctx.err(f"Einsum's diagonal on index {letter!r} needs a static size")
+    n = int(n)
+    rest = [k for k in range(len(term)) if k not in (first, second)]
+    if rest + [first, second] != list(range(len(term))):
+        v = m.transpose(x=v, perm=rest + [first, second])
+    lead = [v.shape[k] for k in range(len(rest))]
+    if all(isinstance(d, (int, np.integer)) for d in lead):
+        shape: Any = np.array([*(int(d) for d in lead), n * n], np.int32)
+    else:
+        head = m.slice_by_index(x=m.shape(x=v), begin=np.array([0], np.int32), end=np.array([len(rest)], np.int32))
+        shape = m.concat(values=[head, np.array([n * n], np.int32)], axis=0)
+    flat = m.reshape(x=v, shape=shape)
+    picked = m.gather(x=flat, indices=(np.arange(n) * (n + 1)).astype(np.int32), axis=len(rest))
+    return picked, "".join(term[k] for k in rest) + letter
 
 
 def _expand_ellipsis(term: str, n: int) -> str:

@@ -21,6 +21,7 @@ import onnx_ir as ir
 
 from unframe.converters.backends.coreml.context import TranslateContext
 from unframe.converters.backends.coreml.ops import translator
+from unframe.converters.backends.coreml.ops._resize_runtime import resize_at_run_time
 from unframe.converters.backends.coreml.ops._util import cast, dtype_name, in_fp32, mb, norm_axis
 
 
@@ -41,10 +42,15 @@ def resize(ctx: TranslateContext) -> Any:
     sizes = ctx.const(3) if ctx.has(3) else None
     if ctx.has(3) and sizes is None:
         sizes = _symbolic_sizes(ctx, x, axes)
-    if (ctx.has(2) and scales is None) or (ctx.has(3) and sizes is None):
-        raise ctx.err("Resize scales/sizes must be constant")
     roi = ctx.const(1) if ctx.has(1) else None
-    plan = _plan(ctx, x, axes, scales, sizes, roi)
+    plan = None
+    if not ((ctx.has(2) and scales is None) or (ctx.has(3) and sizes is None) or (ctx.has(1) and roi is None)):
+        try:
+            plan = _plan(ctx, x, axes, scales, sizes, roi)
+        except _NotStatic:
+            plan = None
+    if plan is None:  # sizes known at run time only, or a resized axis of dynamic length
+        return resize_at_run_time(ctx, x, axes, _attrs(ctx))
     kind = dtype_name(x)
     integral = kind in ("int32", "bool")
     with in_fp32(ctx) if integral else contextlib.nullcontext():
@@ -110,14 +116,15 @@ def _plan(ctx: TranslateContext, x: Any, axes: list[int], scales: Any, sizes: An
             in_size = _static(ctx, x, axis) if out != x.shape[axis] else None
             if in_size is None:
                 continue
-            scale = scale_list[i] if scale_list is not None else out / in_size
+            # float32, as onnxruntime: float(out) / float(in), and floor(scale * in) below
+            scale = scale_list[i] if scale_list is not None else float(np.float32(out) / np.float32(in_size))
         else:
             assert scale_list is not None
             scale = scale_list[i]
             if scale == 1.0 and ctx.attr("coordinate_transformation_mode") != "tf_crop_and_resize":
                 continue
             in_size = _static(ctx, x, axis)
-            out = int(scale * in_size)
+            out = int(np.float32(scale) * np.float32(in_size))
         pair = (roi_list[i], roi_list[i + len(axes)]) if roi_list and len(roi_list) == 2 * len(axes) else (0.0, 1.0)
         plan[axis] = (in_size, out, scale, pair)
     del rank
@@ -128,10 +135,14 @@ def _is_symbol(value: Any) -> bool:
     return not isinstance(value, (int, np.integer)) and not getattr(value, "is_Integer", True)
 
 
+class _NotStatic(Exception):
+    """A resized axis has a dynamic length: the interpolation matrix can't be built."""
+
+
 def _static(ctx: TranslateContext, x: Any, axis: int) -> int:
     d = x.shape[axis]
     if not isinstance(d, (int, np.integer)):
-        raise ctx.err(f"Resize needs a static size on resized axis {axis}")
+        raise _NotStatic(axis)
     return int(d)
 
 
@@ -163,24 +174,30 @@ def interpolation_matrix(in_size: int, out_size: int, scale: float, roi: tuple[f
 
 def _source_coordinate(y: int, in_size: int, out_size: int, scale: float,
                        roi: tuple[float, float], mode: str) -> float | None:
-    out_width = scale * in_size
+    """Where output ``y`` samples the input, as onnxruntime (the parity reference) computes it:
+    in float32, and with the integer output length where the spec says ``length_resized``.
+    float64 picks other pixels: TF's 10x nearest downsample has scale float32(0.1), and output 1
+    samples 1 / 0.1f == 10.0f in float32 but 9.99999985 in float64, which floors to input 9."""
+    f = np.float32
+    y32, s, half = f(y), f(scale), f(0.5)
+    n_in, n_out = f(in_size), f(out_size)
     if mode == "align_corners":
-        return 0.0 if out_width == 1 else y * (in_size - 1) / (out_width - 1)
+        return 0.0 if out_size == 1 else float(y32 * (n_in - f(1)) / (n_out - f(1)))
     if mode == "asymmetric":
-        return y / scale
+        return float(y32 / s)
     if mode == "tf_crop_and_resize":
-        start, end = roi
-        x = (end - start) * (in_size - 1) / 2 if out_width == 1 else y * (end - start) * (in_size - 1) / (out_width - 1)
-        x += start * (in_size - 1)
+        start, end = f(roi[0]), f(roi[1])
+        x = (float(start * (n_in - f(1)) + (y32 * (end - start) * (n_in - f(1))) / (n_out - f(1)))
+             if out_size > 1 else float(f(0.5 * (float(start) + float(end)) * (in_size - 1))))
         return None if x < 0 or x > in_size - 1 else x
     if mode == "pytorch_half_pixel":
-        return -0.5 if out_width == 1 else (y + 0.5) / scale - 0.5
+        return float((y32 + half) / s - half) if out_size > 1 else 0.0
     if mode == "half_pixel":
-        return (y + 0.5) / scale - 0.5
+        return float((y32 + half) / s - half)
     if mode == "half_pixel_symmetric":
-        adjustment = out_size / out_width
-        center = in_size / 2
-        return center * (1 - adjustment) + (y + 0.5) / scale - 0.5
+        adjustment = n_out / (s * n_in)
+        offset = n_in / f(2) * (f(1) - adjustment)
+        return float(f(float(offset) + (y + 0.5) / float(s) - 0.5))
     raise ValueError(f"unknown coordinate_transformation_mode {mode!r}")
 
 
@@ -232,3 +249,64 @@ def _apply_along(x: Any, axis: int, rank: int, matrix: np.ndarray, bias: np.ndar
         inverse = [perm.index(i) for i in range(rank)]
         y = m.transpose(x=y, perm=inverse)
     return y
+
+
+def _grid_sample_check(node: ir.Node) -> list[str]:
+    mode = node.attributes.get("mode")
+    value = mode.value if mode is not None else "linear"
+    if value not in ("linear", "bilinear", "nearest"):
+        return [f"GridSample mode {value!r}: MIL's resample samples bilinear or nearest only"]
+    return []
+
+
+@translator("GridSample", check=_grid_sample_check)
+def grid_sample(ctx: TranslateContext) -> Any:
+    """MIL's resample, at the grid's positions in pixels (computed in float32, with the whole op:
+    a 16-bit grid is a quarter pixel off at 500 pixels). ONNX's reflection reflects the
+    *coordinate* about the image's borders ([0, n - 1] with align_corners, else [-0.5, n - 0.5])
+    before interpolating; that is done here, and the reflected coordinate sampled with border
+    padding (the neighbour past the border then reads the edge pixel, as onnxruntime)::
+
+        grid [N, H', W', 2] (x, y in [-1, 1]) -> pixels -> (reflect) -> resample(unnormalized) -> [N, C, H', W']
+    """
+    m, x, grid = mb(), ctx.x(0), ctx.x(1)
+    if ctx.rank(0) != 4:
+        raise ctx.err(f"GridSample on a rank-{ctx.rank(0)} input: MIL's resample samples 2-D images only")
+    sizes = x.shape[2:]
+    if not all(isinstance(d, (int, np.integer)) for d in sizes):
+        raise ctx.err("GridSample needs a static image height and width")
+    height, width = (int(d) for d in sizes)
+    align = bool(int(ctx.attr("align_corners", 0)))
+    padding = str(ctx.attr("padding_mode", "zeros"))
+    nearest = str(ctx.attr("mode", "linear")) == "nearest"
+    with in_fp32(ctx):
+        pixels = _grid_pixels(cast(grid, "fp32"), width, height, align)
+        if padding == "reflection":
+            if nearest:  # onnxruntime rounds the coordinate before it reflects it
+                pixels = m.round(x=pixels)
+            pixels = _reflect(pixels, width, height, align)
+        return m.resample(x=cast(x, "fp32"), coordinates=pixels, sampling_mode="nearest" if nearest else "bilinear",
+                          padding_mode={"zeros": "constant", "border": "border"}.get(padding, "border"),
+                          padding_value=np.float32(0.0), coordinates_mode="unnormalized", align_corners=align)
+
+
+def _grid_pixels(grid: Any, width: int, height: int, align: bool) -> Any:
+    """Normalized (x, y) in [-1, 1] -> pixel units (0 = the first pixel's centre)."""
+    m = mb()
+    size = np.array([width, height], np.float32)
+    if align:  # (n + 1) / 2 * (size - 1)
+        return m.mul(x=m.add(x=grid, y=np.float32(1.0)), y=(size - 1) / 2)
+    return m.real_div(x=m.sub(x=m.mul(x=m.add(x=grid, y=np.float32(1.0)), y=size), y=np.float32(1.0)),
+                      y=np.float32(2.0))
+
+
+def _reflect(pixels: Any, width: int, height: int, align: bool) -> Any:
+    """Reflect each coordinate about [lo, hi] until it lies within: with t = (x - lo) mod 2r
+    (r = hi - lo), x' = lo + (t if t < r else 2r - t)."""
+    m = mb()
+    lo = np.zeros(2, np.float32) if align else np.full(2, -0.5, np.float32)
+    hi = np.array([width - 1, height - 1], np.float32) if align else np.array([width - 0.5, height - 0.5], np.float32)
+    span = np.maximum(hi - lo, np.float32(1e-12)).astype(np.float32)
+    t = m.mod(x=m.sub(x=pixels, y=lo), y=2 * span)
+    folded = m.select(cond=m.less(x=t, y=span), a=t, b=m.sub(x=2 * span, y=t))
+    return m.add(x=folded, y=lo)
