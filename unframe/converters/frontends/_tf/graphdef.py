@@ -4,7 +4,8 @@
 * A ``.pb`` named ``saved_model.pb`` beside a SavedModel's files is that SavedModel; any other
   ``.pb`` must parse as a ``GraphDef``.
 * Inputs: the graph's ``Placeholder`` nodes (``--inputs name:shape:dtype`` sets their shapes, by node
-  name, with or without the ``:0`` port). Outputs: option ``outputs`` (tensor names as tf2onnx's
+  name, with or without the ``:0`` port), and the ``PlaceholderWithDefault`` nodes the caller feeds
+  (samples or ``--inputs`` naming them); one not fed keeps its default. Outputs: option ``outputs`` (tensor names as tf2onnx's
   ``--outputs y:0`` takes them, a list or a comma string), else every tensor no node consumes.
   ONNX names are the node names (``y`` for ``y:0``; ``y_1`` for ``y:1``).
 * Running a frozen graph runs its ops: a graph with ops that read or write files or call into
@@ -73,14 +74,16 @@ def _all_nodes(graph_def: Any) -> list[Any]:
     return nodes
 
 
-def placeholders(graph_def: Any) -> list[TensorSpec]:
+def placeholders(graph_def: Any, op: str = "Placeholder") -> list[TensorSpec]:
+    """The graph's inputs: its ``Placeholder`` nodes (``op="PlaceholderWithDefault"``: the
+    inputs that have a default, which become inputs only when the caller feeds them)."""
     import tensorflow as tf
 
     from unframe.converters.frontends._tf.native import _np_name
 
     out = []
     for node in graph_def.node:
-        if node.op != "Placeholder":
+        if node.op != op:
             continue
         dtype = tf.dtypes.as_dtype(node.attr["dtype"].type)
         shape_attr = node.attr["shape"].shape if "shape" in node.attr else None

@@ -33,7 +33,7 @@ SUPPORTED_DTYPES = frozenset({
 def declared_inputs(model: TfModel, spec: InputSpec) -> list[TensorSpec]:
     """The inputs as the model (its signature) and the caller (``--inputs``) declare them; an
     input known only from the samples has the samples' shape."""
-    inputs = list(model.inputs)
+    inputs = list(model.inputs) + _fed_defaults(model, spec)
     if spec.tensors:
         inputs = _apply_overrides(model, inputs, spec.tensors)
     samples = samples_by_name(spec.samples, inputs) if spec.samples is not None else None
@@ -46,6 +46,19 @@ def declared_inputs(model: TfModel, spec: InputSpec) -> list[TensorSpec]:
                          "tf.function an input_signature")
     check_dtypes(model, inputs)
     return inputs
+
+
+def _fed_defaults(model: TfModel, spec: InputSpec) -> list[TensorSpec]:
+    """A frozen graph's ``PlaceholderWithDefault`` inputs the caller feeds (by samples or
+    ``--inputs``): inputs of the export; the others keep their defaults."""
+    if model.kind != "graph_def":
+        return []
+    from unframe.converters.frontends._tf.graphdef import placeholders
+
+    named = {t.name.split(":")[0] for t in spec.tensors or ()}
+    if isinstance(spec.samples, Mapping):
+        named |= {str(k).split(":")[0] for k in spec.samples}
+    return [t for t in placeholders(model.obj[0], "PlaceholderWithDefault") if t.name in named]
 
 
 def _empty(samples: Any) -> bool:
