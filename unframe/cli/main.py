@@ -215,6 +215,7 @@ CONVERSION_OPTIONS = [
     click.option("--signature", help="tf: SavedModel signature (default serving_default)."),
     click.option("--nchw-inputs", is_flag=True, default=None, help="tf: transpose NHWC image inputs to NCHW at the graph edge."),
     click.option("--custom-objects", type=click.Path(), help="tf: a .py module defining custom Keras classes (needs --trust)."),
+    click.option("--outputs", metavar="T[,T...]", help="tf: a frozen graph's output tensors, e.g. y:0 (default: every tensor no node consumes)."),
     click.option("--zipmap", is_flag=True, default=None, help="sklearn: keep ZipMap on classifier probabilities."),
     click.option("--ml-to-tensor", is_flag=True, default=None,
                  help="Rewrite ai.onnx.ml ops into standard ONNX ops (automatic for coreml and tensorrt)."),

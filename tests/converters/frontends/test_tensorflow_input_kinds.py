@@ -116,6 +116,13 @@ def test_frozen_graphdef_from_the_cli_finds_its_outputs(tmp_path: Path) -> None:
     x = _rng(6).standard_normal((2, 3)).astype(np.float32)
     np.testing.assert_allclose(session.run(None, {"x": x})[0], (np.maximum(x @ weights, 0) + 1.0) * 2.0,
                                rtol=1e-5, atol=1e-6)
+    named = tmp_path / "named.onnx"
+    proc = subprocess.run([sys.executable, "-m", "unframe.cli.main", "convert", str(tmp_path / "frozen.pb"),
+                           "--outputs", "y:0,twice:0", "-o", str(named)], capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    session = ort.InferenceSession(str(named), providers=["CPUExecutionProvider"])
+    assert [o.name for o in session.get_outputs()] == ["y", "twice"]
 
 
 def test_frozen_graphdef_that_writes_files_needs_trust(tmp_path: Path) -> None:
