@@ -12,7 +12,7 @@ from unframe.converters.backends.coreml.ops import TRANSLATORS, supported_ops
 DEDICATED = {"Loop", "GlobalLpPool", "Expand", "Gelu", "Scan",  # Scan: test_coreml_ml.py
              "NonMaxSuppression",  # test_coreml_nms.py
              # random draws: shape, dtype and range only (test_coreml_vendor_ops.py)
-             "RandomUniformLike", "RandomUniform", "RandomNormalLike", "RandomNormal"}
+             "RandomUniformLike", "RandomUniform", "RandomNormalLike", "RandomNormal", "Bernoulli"}
 
 
 def test_at_least_130_default_domain_ops() -> None:

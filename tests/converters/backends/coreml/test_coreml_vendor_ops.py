@@ -302,6 +302,15 @@ def test_other_random_draws_give_shape_dtype_and_spread(op: str, tmp_path: Path)
         assert abs(r.mean() - 3.0) < 0.05 and abs(r.std() - 0.5) < 0.05
 
 
+def test_bernoulli_draws_ones_at_each_elements_probability(tmp_path: Path):
+    p = np.tile(np.array([0.0, 0.25, 0.9, 1.0], np.float32), (2000, 1))
+    proto = _graph([helper.make_node("Bernoulli", ["p"], ["y"])], [_io("p", F, [2000, 4])], [_io("y", F, None)])
+    want, got, _ = _run(proto, {"p": p}, tmp_path)
+    y = np.asarray(got["y"])
+    assert y.shape == want["y"].shape and y.dtype == want["y"].dtype and set(np.unique(y)) <= {0.0, 1.0}
+    np.testing.assert_allclose(y.mean(axis=0), [0.0, 0.25, 0.9, 1.0], atol=0.03)
+
+
 # -- issue 34: the crashes ------------------------------------------------------------------------
 
 def test_scatter_elements_with_dynamic_dims(tmp_path: Path):

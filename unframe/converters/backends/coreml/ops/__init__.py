@@ -59,7 +59,6 @@ ALTERNATIVES: dict[str, str] = {
     "StringSplit": "pre-process strings outside the model",
     "StringConcat": "pre-process strings outside the model",
     "MaxUnpool": "use ScatterND or Resize",
-    "Bernoulli": "pass random values as an input",
     "Multinomial": "pass random values as an input",
     "NegativeLogLikelihoodLoss": "compute the loss outside the inference model",
     "SoftmaxCrossEntropyLoss": "compute the loss outside the inference model",

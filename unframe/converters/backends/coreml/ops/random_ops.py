@@ -1,4 +1,4 @@
-"""Random ops: RandomUniformLike RandomUniform RandomNormalLike RandomNormal, as MIL's
+"""Random ops: RandomUniformLike RandomUniform RandomNormalLike RandomNormal Bernoulli, as MIL's
 random_uniform / random_normal.
 
 Their values can't be compared with another runtime's: parity can only check what is
@@ -45,3 +45,16 @@ def random_uniform(ctx: TranslateContext) -> Any:
 def random_normal(ctx: TranslateContext) -> Any:
     return _typed(ctx, mb().random_normal(shape=_shape(ctx), mean=np.float32(ctx.attr("mean", 0.0)),
                                           stddev=np.float32(ctx.attr("scale", 1.0)), seed=_seed(ctx)))
+
+
+@translator("Bernoulli")
+def bernoulli(ctx: TranslateContext) -> Any:
+    """1 where a uniform draw in [0, 1) falls below the element's probability (MIL's
+    random_bernoulli takes one constant probability, not one per element)."""
+    m, p = mb(), ctx.x(0)
+    draw = m.random_uniform(shape=shape_of(p), low=np.float32(0.0), high=np.float32(1.0), seed=_seed(ctx))
+    hit = m.less(x=draw, y=cast(p, "fp32"))
+    out = ctx.onnx_out_type(0)
+    if out == ir.DataType.BOOL:
+        return hit
+    return m.cast(x=hit, dtype="int32" if out is not None and not out.is_floating_point() else "fp32")
