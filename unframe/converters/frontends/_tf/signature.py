@@ -230,8 +230,18 @@ def first_feed(model: TfModel, inputs: Sequence[TensorSpec], spec: InputSpec
         if missing:
             raise UsageError(f"no sample given for input(s) {', '.join(map(repr, missing))}",
                              f"give one sample per input ({', '.join(t.name for t in inputs)})")
-        return {t.name: feed[t.name] for t in inputs}, False
+        return {t.name: _as_declared(feed[t.name], t.dtype) for t in inputs}, False
     return draw(model, {t.name: _fill(t, 0) for t in inputs}, inputs), True
+
+
+def _as_declared(value: np.ndarray, dtype: str) -> np.ndarray:
+    """A numeric sample in the dtype the model declares for it, when the cast is safe within its
+    kind or from int to float (int32 samples for a float32 Placeholder: TensorFlow casts them as
+    it feeds; onnxruntime refuses them)."""
+    if dtype in ("str", "bfloat16") or value.dtype.kind not in "biuf" or value.dtype.name == dtype:
+        return value
+    target = np.dtype(dtype)
+    return value.astype(target) if np.can_cast(value.dtype, target, "same_kind") else value
 
 
 def draw(model: TfModel, shapes: Mapping[str, tuple[int, ...]], inputs: Sequence[TensorSpec],
