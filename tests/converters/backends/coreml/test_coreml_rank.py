@@ -204,3 +204,35 @@ def test_the_chain_folds_without_value_info():
     x = np.random.default_rng(5).standard_normal((2, 6, 4, 5)).astype(np.float32)
     np.testing.assert_array_equal(OnnxRuntimeRunner(ir.serde.serialize_model(model)).run({"x": x})["y"],
                                   OnnxRuntimeRunner(proto).run({"x": x})["y"])
+
+
+def _unfold_graph() -> onnx.ModelProto:
+    """torch's F.unfold(x, 3, stride=2, padding=1) as dynamo exports it: two Gathers of window
+    offsets with [3, 8] indices (the second makes rank 6), a Transpose, a Reshape."""
+    idx = np.array([[2 * j + i for j in range(8)] for i in range(3)], np.int64)
+    nodes = [helper.make_node("Pad", ["x", "pads"], ["p"], mode="constant"),
+             helper.make_node("Gather", ["p", "idx"], ["g1"], axis=2),
+             helper.make_node("Gather", ["g1", "idx"], ["g2"], axis=4),
+             helper.make_node("Transpose", ["g2"], ["t"], perm=[0, 1, 2, 4, 3, 5]),
+             helper.make_node("Reshape", ["t", "cols"], ["y"])]
+    inits = [numpy_helper.from_array(np.array([0, 0, 1, 1, 0, 0, 1, 1], np.int64), "pads"),
+             numpy_helper.from_array(idx, "idx"), numpy_helper.from_array(np.array([2, 36, -1], np.int64), "cols")]
+    graph = helper.make_graph(nodes, "unfold", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4, 16, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 36, 64])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
+
+
+def test_torchs_unfold_gathers_fold_to_rank_5(tmp_path: Path):
+    """The rank-6 Gather is a Gather of flat indices viewed as rank 6, which the fold then takes
+    apart (was a blocker: 'outputs a rank-6 tensor')."""
+    proto = _unfold_graph()
+    assert max(_ranks(proto)) == 6
+    model = ir.serde.deserialize_model(proto)
+    assert fold_high_rank_windows(model) == 1
+    folded = ir.serde.serialize_model(model)
+    assert max(_ranks(folded)) == 5
+    x = np.random.default_rng(2).standard_normal((2, 4, 16, 16)).astype(np.float32)
+    want = OnnxRuntimeRunner(proto).run({"x": x})["y"]
+    np.testing.assert_array_equal(OnnxRuntimeRunner(folded).run({"x": x})["y"], want)
+    _, parity = convert_and_compare(ir.serde.deserialize_model(proto), [{"x": x}], tmp_path, precision="fp32")
+    assert parity and parity.outputs[0].max_abs == 0.0, parity.reason

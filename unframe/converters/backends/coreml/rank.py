@@ -1,4 +1,4 @@
-"""Fold rank-6 Reshape -> Transpose -> Reshape chains to rank 5, for CoreML (rank <= 5).
+"""Fold rank-6 Reshape -> Transpose(s) -> Reshape chains to rank 5, for CoreML (rank <= 5).
 
 Swin's window partition (and its reverse) views a feature map as six axes, swaps two, and views
 the result again::
@@ -10,6 +10,12 @@ Two axes the Transpose keeps side by side and in order (here 0 and 1) can be one
 elements are in the same order either way. The pass rewrites the chain as::
 
     x -> Reshape [B * H/w, w, W/w, w, C] -> Transpose (0, 2, 1, 3, 4) -> Reshape [B * windows, w, w, C]
+
+A perm that keeps no two axes together (MaxViT's window partition, (0, 2, 4, 3, 5, 1)) is two
+perms that each keep two, applied to rank-5 views of the same elements, with a Reshape between
+them (``_fold_in_two``; constant targets). Transposes in a row are composed first, and a Gather
+with n-D constant indices that makes rank 6 (torch's unfold) becomes a Gather of the flat indices
+viewed by a Reshape (``_gather_as_view``), which the fold then takes as its first Reshape.
 
 The first Reshape's target may be computed at run time (a dynamic batch, padded sizes): the merged
 entry is then computed in the graph too (``Mul`` of the two entries, ``-1`` kept as ``-1``).
@@ -40,6 +46,13 @@ def fold_high_rank_windows(model: ir.Model) -> int:
                and n.inputs[1] is not None and n.inputs[1].shape is None and n.inputs[1].const_value is None]
     if untyped:  # a run-time target's length (TorchScript exports carry no value_info)
         infer_types(model, untyped)
+    shapeless = [n.inputs[0] for n in graph if _is(n, "Gather") and len(n.inputs) > 1 and n.inputs[0] is not None
+                 and n.inputs[0].shape is None and n.inputs[1] is not None and n.inputs[1].const_value is not None
+                 and n.inputs[1].const_value.numpy().ndim >= 2]
+    if shapeless:  # gathers of n-D window offsets (torch's unfold): their data's static shape
+        infer_types(model, shapeless)
+    for node in list(graph):
+        _gather_as_view(graph, node)
     folded = 0
     for node in list(graph):
         if _fold(graph, node):
@@ -111,6 +124,47 @@ def _collapse_views(graph: ir.Graph, high: ir.Node) -> bool:
     end.replace_all_uses_with(reshape.outputs[0])
     for node in reversed(chain):
         graph.remove(node, safe=True)
+    return True
+
+
+# -- gathers with 2-D indices -------------------------------------------------------------------
+# torch's unfold (im2col) gathers the window offsets with [kernel, blocks] indices, one spatial
+# axis at a time: the second Gather makes [N, C, k, L, k, L], rank 6, then a Transpose and a
+# Reshape make [N, C * k * k, L * L]. A Gather with constant n-D indices is a Gather with them
+# flattened, viewed::
+#
+#     Gather(x [N, C, k, L, W], idx [k, L], axis=4)
+#       == Reshape(Gather(x, idx.flatten(), axis=4) [N, C, k, L, k * L], [N, C, k, L, k, L])
+#
+# which the fold below then takes as its rank-6 Reshape.
+
+def _gather_as_view(graph: ir.Graph, node: ir.Node) -> bool:
+    if not _is(node, "Gather") or len(node.inputs) < 2:
+        return False
+    data, indices = node.inputs[0], node.inputs[1]
+    if data is None or indices is None or indices.const_value is None or data.shape is None:
+        return False
+    if node.outputs[0] in graph.outputs:
+        return False
+    idx = indices.const_value.numpy()
+    dims = list(data.shape)
+    if idx.ndim < 2 or len(dims) - 1 + idx.ndim <= MAX_RANK or not all(isinstance(d, int) for d in dims):
+        return False
+    attr = node.attributes.get("axis")
+    axis = (int(attr.as_int()) if attr is not None else 0) % len(dims)
+    flat = ir.Value(name=f"{indices.name or 'indices'}_flat", const_value=ir.tensor(idx.reshape(-1)),
+                    type=indices.type, shape=ir.Shape([int(idx.size)]))
+    graph.register_initializer(flat)
+    gather = ir.node("Gather", [data, flat], attributes={"axis": axis}, name=f"{node.name or 'gather'}_flat")
+    gather.outputs[0].name = f"{node.outputs[0].name}_flat"
+    target = dims[:axis] + list(idx.shape) + dims[axis + 1:]
+    view = ir.node("Reshape", [gather.outputs[0], _const_target(graph, node, target, "view")],
+                   name=f"{node.name or 'gather'}_view")
+    graph.insert_after(node, [gather, view])
+    out = node.outputs[0]
+    view.outputs[0].name, view.outputs[0].type = f"{out.name}_view", out.type
+    out.replace_all_uses_with(view.outputs[0])
+    graph.remove(node, safe=True)
     return True
 
 
