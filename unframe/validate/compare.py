@@ -642,8 +642,8 @@ def _tolerance_note(res: OutputParity, tol: tolerances.Tolerance) -> str:
         note += f"; atol is the default times the output scale {res.scale:.3g}"
     elif tol.atol_scales and not tol.of_scale and res.scale > 1:
         note += f"; atol is the default times the output scale {res.scale:.3g}"
-    if tol.floor and res.atol >= tol.floor:
-        note += f"; atol raised to {tol.floor:.3g} by {res.rounding_origin}"
+    if tol.floor and res.atol > tolerances.effective_atol(tol._replace(floor=0.0), res.scale):
+        note += f"; atol raised to {res.atol:.3g} by {res.rounding_origin}"
     if tol.capped and res.allowed >= tolerances.MAX_16BIT_SHARE * res.scale > 0:
         note += f"; capped at {tolerances.MAX_16BIT_SHARE:.0%} of the scale (16-bit)"
     return note

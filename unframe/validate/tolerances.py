@@ -61,12 +61,14 @@ class Tolerance(NamedTuple):
 
 
 def effective_atol(tol: Tolerance, scale: float) -> float:
-    """The absolute part of what ``tol`` allows on an output whose largest |value| is ``scale``
-    (for a 16-bit tolerance, before the rounding floor and the cap: see ``allowance``)."""
+    """The atol ``tol`` works with on an output whose largest |value| is ``scale``, the rounding
+    floor included (before the 16-bit cap: see ``allowance``)."""
     atol = tol.atol
     if tol.atol_scales:
         atol *= min(1.0, scale) if tol.of_scale else max(1.0, scale)
-    return atol if tol.of_scale else max(atol, tol.floor)
+    # of the scale, the measured floor stands in for the backend's whole guess (atol + rtol *
+    # scale) rather than adding to it
+    return max(atol, tol.floor - tol.rtol * scale) if tol.of_scale else max(atol, tol.floor)
 
 
 def allowance(tol: Tolerance, magnitude: np.ndarray | float, scale: float) -> np.ndarray | float:
@@ -75,12 +77,9 @@ def allowance(tol: Tolerance, magnitude: np.ndarray | float, scale: float) -> np
 
     Element-wise: ``max(atol, floor) + rtol * |ref|``. Of the scale (16-bit):
     ``max(atol + rtol * scale, floor)``, within ``MAX_16BIT_SHARE * scale`` unless the user set
-    a tolerance: the measured rounding floor stands in for the backend's guess, it doesn't add."""
-    atol = effective_atol(tol, scale)
-    if not tol.of_scale:
-        return atol + tol.rtol * magnitude
-    allowed = max(atol + tol.rtol * scale, tol.floor)
-    return min(allowed, MAX_16BIT_SHARE * scale) if tol.capped else allowed
+    a tolerance."""
+    allowed = effective_atol(tol, scale) + tol.rtol * (scale if tol.of_scale else magnitude)
+    return min(allowed, MAX_16BIT_SHARE * scale) if tol.of_scale and tol.capped else allowed
 
 
 def default_for(ref: np.dtype, out: np.dtype) -> tuple[float, float]:
