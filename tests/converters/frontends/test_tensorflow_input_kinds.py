@@ -280,3 +280,18 @@ def test_keras_sequential_capturing_a_constant() -> None:
     assert len(result.model.graph.inputs) == 1
     got = _session(result.model).run(None, {result.model.graph.inputs[0].name: x})[0]
     np.testing.assert_allclose(got, model(x, training=False).numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_contrib_op_inside_a_loop_gets_its_domain_imported() -> None:
+    """tf2onnx lowers MatrixSetDiagV3 to a Loop holding onnxruntime's com.microsoft Range without
+    importing that domain: onnxruntime runs it, onnx.checker (the ONNX backend) refused it."""
+    base = np.full((2, 3, 4), 7, np.int64)
+    diag = np.array([[1, 2, 3], [4, 5, 6]], np.int64)
+    k = np.array([0], np.int32)
+    fn = tf.function(lambda a, b, c: tf.raw_ops.MatrixSetDiagV3(input=a, diagonal=b, k=c, align="RIGHT_LEFT"))
+    result = unframe.convert(fn, to="onnx", sample_inputs=(base, diag, k))
+    assert result.report, str(result.report)
+    assert result.model.opset_imports.get("com.microsoft") == 1
+    names = [v.name for v in result.model.graph.inputs]
+    got = _session(result.model).run(None, dict(zip(names, [base, diag, k], strict=True)))[0]
+    np.testing.assert_array_equal(got, fn(base, diag, k).numpy())

@@ -425,6 +425,7 @@ def finish(proto: onnx.ModelProto, inputs: Sequence[TensorSpec], outputs: Sequen
            dim_names: dict[tuple[str, int], str] | None = None) -> ir.Model:
     """``dim_names``: names the caller gave dynamic axes, ``{(input, axis): name}``."""
     model = ir.serde.deserialize_model(proto)
+    _import_used_domains(model)
     _name_io(model.graph.inputs, [t.name for t in inputs])
     if outputs:
         _name_io(model.graph.outputs, unique_names(outputs))
@@ -432,6 +433,19 @@ def finish(proto: onnx.ModelProto, inputs: Sequence[TensorSpec], outputs: Sequen
     for name in nchw:
         transpose_input_to_nchw(model, name)
     return model
+
+
+def _import_used_domains(model: ir.Model) -> None:
+    """tf2onnx can put an onnxruntime contrib op (``com.microsoft::Range``) inside a Loop body
+    without importing its domain: onnxruntime runs it, onnx.checker refuses the model. The domain
+    is imported at version 1, the only one onnxruntime's contrib ops have::
+
+        before:  opset_imports {"": 18}                       Loop { Range[com.microsoft] }
+        after:   opset_imports {"": 18, "com.microsoft": 1}
+    """
+    for node in ir.traversal.RecursiveGraphIterator(model.graph):
+        if node.domain == "com.microsoft" and node.domain not in model.opset_imports:
+            model.opset_imports[node.domain] = 1
 
 
 def _name_io(values: Sequence[ir.Value], names: list[str]) -> None:
