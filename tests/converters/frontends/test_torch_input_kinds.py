@@ -118,3 +118,22 @@ def test_ints_bools_none_and_nested_structures(flag: bool, with_mask: bool) -> N
     with torch.no_grad():
         want = model(*args)
     assert_close(run_artifact(result, feeds)[0], want)
+
+
+class ComplexInOut(nn.Module):
+    """A complex input and a complex output: torch.onnx's graph holds them as real tensors with
+    a last axis of 2 (``view_as_real``); parity and the feeds follow that convention."""
+
+    def forward(self, z: Any, x: Any) -> Any:
+        return z * torch.view_as_complex(x) + 1.0
+
+
+def test_complex_inputs_and_outputs_as_the_graph_holds_them() -> None:
+    z = torch.complex(randn(3, 4), randn(3, 4))
+    x = randn(3, 4, 2)
+    result = unframe.convert(ComplexInOut(), to="onnx", sample_inputs=(z, x))
+    assert next(s for s in result.report.stages if s.stage == "export").status == "passed"
+    assert [list(v.shape)[1:] for v in result.model.graph.outputs] == [[4, 2]]
+    got = run_artifact(result, {"z": torch.view_as_real(z).numpy(), "x": x.numpy()})[0]
+    want = torch.view_as_real(ComplexInOut()(z, x))
+    assert_close(got, want)

@@ -71,10 +71,13 @@ class ModelInputs:
 # ------------------------------------------------------------------------------ arrays ------
 def numpy_of(t: Any) -> np.ndarray:
     """A tensor as a numpy array on the CPU; bfloat16 as ml_dtypes' bfloat16 (numpy has none,
-    and onnxruntime and onnx's evaluator take that type)."""
+    and onnxruntime and onnx's evaluator take that type); a complex tensor as torch.onnx's graph
+    holds it, real and imaginary parts on a last axis of 2 (``torch.view_as_real``)."""
     import torch
 
     t = t.detach().cpu()
+    if t.is_complex():
+        t = torch.view_as_real(t.resolve_conj())
     if t.dtype == torch.bfloat16:
         import ml_dtypes
 

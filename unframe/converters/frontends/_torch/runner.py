@@ -79,6 +79,8 @@ class TorchRunner(Runner):
         # exported in float32 for a runtime that holds no bfloat16): cast on the way in
         self._dtypes = {n: t.dtype for n, t in zip(inputs.names, inputs.tensor_leaves(), strict=True)
                         if t.dtype.is_floating_point}
+        # complex inputs travel as torch.onnx's graph takes them: (..., 2) real (``numpy_of``)
+        self._complex = {n for n, t in zip(inputs.names, inputs.tensor_leaves(), strict=True) if t.is_complex()}
 
     def remember(self, feeds: Mapping[str, np.ndarray], outputs: list[np.ndarray]) -> None:
         """The outputs of a run the frontend already made on ``feeds`` (its eager runs on the
@@ -106,9 +108,16 @@ class TorchRunner(Runner):
         if not self.widen:
             tensors = {n: (t.to(self._dtypes[n]) if n in self._dtypes and t.is_floating_point()
                            and t.dtype != self._dtypes[n] else t) for n, t in tensors.items()}
+        tensors = {n: (_complex(t) if n in self._complex else t) for n, t in tensors.items()}
         args, kwargs = self._inputs.rebuild(tensors)
         outs = flat_outputs(run_model(self._fn, args, kwargs, self._what))
         return {n: numpy_of(t) for n, t in zip(self._outputs, outs, strict=True)}
+
+
+def _complex(t: Any) -> Any:
+    import torch
+
+    return torch.view_as_complex(t.contiguous()) if not t.is_complex() and t.shape[-1:] == (2,) else t
 
 
 def _same_feeds(a: Mapping[str, np.ndarray], b: Mapping[str, np.ndarray], names: list[str]) -> bool:
