@@ -174,6 +174,40 @@ def test_tf_half_pixel_for_nn_from_opset_11(tmp_path: Path):
     np.testing.assert_array_equal(got["y"], want["y"])
 
 
+@pytest.mark.parametrize("runtime_sizes", [False, True], ids=["constant-sizes", "runtime-sizes"])
+def test_tf_half_pixel_for_nn_as_tf2onnx_writes_it_at_opset_18(runtime_sizes: bool, tmp_path: Path):
+    """tf2onnx writes the mode removed at 13 into opset-18 graphs (half_pixel_centers=True), and
+    onnxruntime runs them: CoreML takes it as it is, with constant sizes and run-time ones."""
+    attrs = {"mode": "nearest", "coordinate_transformation_mode": "tf_half_pixel_for_nn", "nearest_mode": "floor"}
+    if runtime_sizes:
+        nodes = [helper.make_node("Shape", ["x"], ["s"], end=2), helper.make_node("Concat", ["s", "hw"], ["sizes"], axis=0),
+                 helper.make_node("Resize", ["x", "", "", "sizes"], ["y"], **attrs)]
+        inputs, inits = [_io("x", F, [1, 2, "H", "W"]), _io("hw", I64, [2])], []
+        feeds = {"x": RNG.standard_normal((1, 2, 10, 8)).astype(np.float32), "hw": np.array([20, 13], np.int64)}
+    else:
+        nodes = [helper.make_node("Resize", ["x", "", "", "sizes"], ["y"], **attrs)]
+        inputs, inits = [_io("x", F, [1, 2, 10, 8])], [numpy_helper.from_array(np.array([1, 2, 20, 13], np.int64), "sizes")]
+        feeds = {"x": RNG.standard_normal((1, 2, 10, 8)).astype(np.float32)}
+    proto = _graph(nodes, inputs, [_io("y", F, None)], inits, opset=18)
+    want, got, _ = _run(proto, feeds, tmp_path)
+    np.testing.assert_array_equal(got["y"], want["y"])
+
+
+def test_tf_nearest_resizes_through_the_tf_frontend(tmp_path: Path):
+    """The TF ops themselves, through tf2onnx and the pipeline: ResizeNearestNeighbor 300 -> 30
+    (was 2320 of 2400 elements off at the CoreML stage) and with half_pixel_centers."""
+    tf = pytest.importorskip("tensorflow", reason="needs tensorflow")
+    import unframe
+
+    x = np.arange(1, 1 + 300 * 20 * 2 / 10, 0.1, dtype=np.float32).reshape(1, 300, 20, 2)[:, :, :, :2]
+    for k, (size, half) in enumerate((([30, 40], False), ([450, 13], True))):
+        fn = tf.function(lambda v, size=size, half=half: tf.compat.v1.image.resize_nearest_neighbor(
+            v, tf.constant(size), half_pixel_centers=half))
+        result = unframe.convert(fn, to="coreml", sample_inputs=(x,), output=str(tmp_path / f"m{k}.mlpackage"))
+        stage = next(s for s in result.report.stages if s.stage == "backend")
+        assert stage.status == "passed" and stage.outputs[0].max_abs <= 1e-3 * stage.outputs[0].scale, stage.summary()
+
+
 @pytest.mark.parametrize(("mode", "coord", "rounding"), [
     ("nearest", "asymmetric", "floor"), ("nearest", "half_pixel", "round_prefer_floor"),
     ("nearest", "align_corners", "round_prefer_ceil"), ("linear", "half_pixel", None),

@@ -93,6 +93,8 @@ def _transform(ctx: TranslateContext, y: Any, scale: Any, in_len: Any, out_len: 
         return centred
     if mode == "asymmetric":
         return m.real_div(x=y, y=scale)
+    if mode == "tf_half_pixel_for_nn":
+        return m.real_div(x=m.add(x=y, y=half), y=scale)
     if mode == "pytorch_half_pixel":
         return m.select(cond=many, a=centred, b=_F32(0.0))
     if mode == "align_corners":

@@ -194,6 +194,8 @@ def _source_coordinate(y: int, in_size: int, out_size: int, scale: float,
         return float((y32 + half) / s - half) if out_size > 1 else 0.0
     if mode == "half_pixel":
         return float((y32 + half) / s - half)
+    if mode == "tf_half_pixel_for_nn":  # removed at opset 13, but tf2onnx still writes it at 18
+        return float((y32 + half) / s)
     if mode == "half_pixel_symmetric":
         adjustment = n_out / (s * n_in)
         offset = n_in / f(2) * (f(1) - adjustment)
