@@ -359,6 +359,17 @@ def test_scatter_elements_with_dynamic_dims(tmp_path: Path):
     _close(want, got)
 
 
+@pytest.mark.parametrize("shapes", [(["N", 5], ["M", 2]), ([4, 5], [3, 2])], ids=["dynamic", "static"])
+def test_gather_elements_with_indices_smaller_off_the_axis(shapes: tuple, tmp_path: Path):
+    """torch.gather's index may be smaller than its input off the gathered axis; MIL's
+    gather_along_axis asserts equal sizes (a bare AssertionError blocker for the static case)."""
+    node = helper.make_node("GatherElements", ["x", "i"], ["y"], axis=1)
+    proto = _graph([node], [_io("x", F, shapes[0]), _io("i", I64, shapes[1])], [_io("y", F, None)])
+    feeds = {"x": RNG.standard_normal((4, 5)).astype(np.float32), "i": np.array([[0, 4], [1, -1], [2, 3]], np.int64)}
+    want, got, _ = _run(proto, feeds, tmp_path)
+    _close(want, got)
+
+
 def test_a_constant_output_converts_at_fp16(tmp_path: Path):
     """A graph with no nodes (the output is an initializer): the 16-bit emulation read nodes[0]
     (an untyped IndexError); it has nothing to round and says so (None)."""

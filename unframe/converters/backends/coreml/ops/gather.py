@@ -37,7 +37,23 @@ def gather_elements(ctx: TranslateContext) -> Any:
     x = ctx.x(0)
     axis = norm_axis(int(ctx.attr("axis", 0)), ctx.rank(0))
     idx = _positive(ctx, ctx.x(1), dim(x, axis), 1)
+    if not _same_dims_off_axis(x, ctx.x(1), axis):
+        x = _cut_to(x, ctx.x(1), axis)
     return mb().gather_along_axis(x=x, indices=idx, axis=axis)
+
+
+def _cut_to(data: Any, indices: Any, axis: int) -> Any:
+    """``data`` cut to the indices' sizes off ``axis`` (torch.gather's index may be smaller than
+    its input there; MIL's gather_along_axis wants them equal). Each output element reads its
+    own coordinates there, which the cut keeps."""
+    m = mb()
+    rank = len(data.shape)
+    if all(isinstance(d, (int, np.integer)) for d in indices.shape):
+        size: Any = np.array([-1 if i == axis else int(d) for i, d in enumerate(indices.shape)], np.int32)
+    else:
+        keep = np.array([i == axis for i in range(rank)])
+        size = m.select(cond=keep, a=np.int32(-1), b=m.shape(x=indices))
+    return m.slice_by_size(x=data, begin=np.zeros(rank, np.int32), size=size)
 
 
 def _gather_nd_ios(node: ir.Node) -> int:
