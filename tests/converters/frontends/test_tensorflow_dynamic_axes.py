@@ -137,3 +137,27 @@ def test_an_axis_asked_dynamic_is_dynamic_without_a_probe_deciding() -> None:
     (value,) = result.model.graph.inputs
     assert [d if isinstance(d, int) else d.value for d in value.shape][1] == "length"
     assert any(n == "dynamic axes as asked: input_0[1]" for n in result.notes), result.notes
+
+
+def test_stateful_rnn_is_exported_in_the_state_the_user_left_it() -> None:
+    """Each run of a stateful LSTM advances its state: the probes and checks unframe runs before
+    the export put it back, so the graph holds the user's state (before: the state unframe's own
+    runs had left, and parity, run in that same state, passed it)."""
+    import keras
+
+    from unframe.converters.frontends._tf.runners import stateful_states
+
+    keras.utils.set_random_seed(0)
+    inp = keras.Input(batch_shape=(1, None, 1), name="seq")
+    model = keras.Model(inp, keras.layers.LSTM(3, return_sequences=True, stateful=True, name="lstm")(inp))
+    x = _rng(9).standard_normal((1, 5, 1)).astype(np.float32)
+    model(x, training=False)  # the user's model has run once: its state is not zero
+    saved = stateful_states(model)
+    expected = model(x, training=False).numpy()  # the next output from the state the user has
+    for variable, value in saved:
+        variable.assign(value)
+    result = unframe.convert(model, to="onnx", sample_inputs=x)
+    assert result.report, str(result.report)
+    assert all(np.array_equal(v.numpy(), value) for v, value in saved)  # left as it was
+    got = _session(result).run(None, {"seq": x})[0]
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)

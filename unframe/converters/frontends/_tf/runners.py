@@ -81,7 +81,12 @@ class KerasRunner(_TfRunner):
 
     def _run(self, arrays: dict[str, np.ndarray]) -> list[np.ndarray]:
         model = self.model.obj
-        result = model(_keras_structure(model, arrays), training=False)
+        states = stateful_states(model)
+        try:
+            result = model(_keras_structure(model, arrays), training=False)
+        finally:
+            for variable, value in states:
+                variable.assign(value)
         if isinstance(result, Mapping):
             by_name = {str(k): v for k, v in result.items()}
             if all(name in by_name for name in self.model.outputs):
@@ -89,6 +94,20 @@ class KerasRunner(_TfRunner):
         import keras
 
         return [_np(v) for v in keras.tree.flatten(result)]
+
+
+def stateful_states(model: Any) -> list[tuple[Any, np.ndarray]]:
+    """(variable, value) of every stateful RNN state (``stateful=True``): each call advances them,
+    so each run unframe makes (its probes, its checks, the export's trace and parity) puts them
+    back, and every one of them sees the model in the state the user left it. Without that the
+    export froze whatever state unframe's own earlier runs had left (a wrong graph that parity,
+    running in that same state, passed)."""
+    out = []
+    for layer in model._flatten_layers(include_self=False, recursive=True):
+        if getattr(layer, "stateful", False):  # Keras 3 keeps them in ``layer.states``, untracked
+            out.extend((v, np.array(v.numpy(), copy=True)) for v in getattr(layer, "states", None) or ()
+                       if hasattr(v, "assign"))
+    return out
 
 
 def _keras_structure(model: Any, arrays: dict[str, np.ndarray]) -> Any:
