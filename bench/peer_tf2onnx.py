@@ -17,8 +17,17 @@ unframe's ONNX runs on onnxruntime with the test's own feed and is compared with
 results the test computed, at the test's own tolerances (``assert_results_equal`` / the Keras
 tests' ``np.allclose``). Each case is counted as: ``passed``; ``refused`` (an ``UnframeError``, by
 exit code); ``untyped`` (any other exception); ``wrong`` (unframe returned a result, so its parity
-passed, but its numbers differ from TensorFlow beyond the suite's tolerance); ``crash`` (the process
-died). A test that calls ``run_test_case`` several times counts once, with its worst outcome.
+passed, but its numbers differ from TensorFlow beyond the suite's tolerance); ``weak`` (numbers
+differ, but unframe said its parity proved nothing: a random or stateful reference); ``stateful``
+(a stateful RNN: the test computed ``expected`` before ``predict`` advanced the model's state, so
+the case is checked against the model's own output from the state it was converted in);
+``crash`` (the process died). A test that calls ``run_test_case`` several times counts once, with
+its worst outcome. A test that expects tf2onnx to raise (``assertRaises``) and passes counts a
+typed refusal from unframe as agreeing. A case TensorFlow itself can't run is not counted.
+
+The one tf2onnx option mapped to unframe's: the Keras tests' ``channel_first_inputs`` (their data is
+channels-first for those inputs) is unframe's ``nchw_inputs``. Other tf2onnx-only options the suite
+passes (``process_args``: ``extra_opset``, ``use_default``...) are not: default options.
 
 Options that change nothing of the outcome, only its cost: the suite's TFLite and tfjs legs are off
 (``TF2ONNX_SKIP_TFLITE_TESTS``/``TF2ONNX_SKIP_TFJS_TESTS``: they test tf2onnx's other frontends), and
@@ -57,7 +66,8 @@ SUITES = {
     "strings": "test_string_ops.py",
     "keras": "keras2onnx_unit_tests",
 }
-ORDER = {"tf_failed": -1, "passed": 0, "refused": 1, "wrong": 2, "untyped": 3, "crash": 4}
+ORDER = {"tf_failed": -1, "passed": 0, "stateful": 1, "refused": 2, "weak": 3, "wrong": 4, "untyped": 5,
+         "crash": 6}
 
 
 def suite_dir() -> Path:
@@ -159,6 +169,7 @@ def _hook_keras(rec: Recorder, utils: Any) -> None:
         import onnx
 
         state["model"] = model
+        state["nchw"] = kwargs.get("channel_first_inputs")
         try:
             return convert(model, *args, **kwargs)
         except Exception as exc:  # noqa: BLE001 - the anchor's failure is raised once unframe had its turn
@@ -169,7 +180,7 @@ def _hook_keras(rec: Recorder, utils: Any) -> None:
                          rtol: float = 1.e-3, atol: float = 1.e-6, **kwargs: Any) -> Any:
         model = state.pop("model", None)
         if model is not None and expected is not None:
-            rec.calls.append(unframe_keras_case(model, data, expected, rtol, atol))
+            rec.calls.append(unframe_keras_case(model, data, expected, rtol, atol, state.pop("nchw", None)))
         failed = state.pop("anchor_error", None)
         if failed is not None:
             raise failed
@@ -200,7 +211,17 @@ def _convert(source: Any, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
         return None, {"status": "untyped",
                       "detail": f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:240] if str(exc).strip() else ''}{where}"}
     route = getattr(result.export, "route", "") if result.export is not None else ""
-    return result, {"status": "passed", "route": route}
+    weak = [w for stage in result.report.stages for w in stage.weak]
+    return result, {"status": "passed", "route": route, "weak": "; ".join(weak)[:300]}
+
+
+def _differs(outcome: dict[str, Any], exc: BaseException) -> dict[str, Any]:
+    """Numbers that differ from TensorFlow's: ``wrong`` when unframe's parity passed, ``weak``
+    when it said its reference proved nothing (a stateful or random model; --strict-parity fails
+    those)."""
+    status = "weak" if outcome.get("weak") else "wrong"
+    return {"status": status, "route": outcome.get("route", ""),
+            "detail": f"{type(exc).__name__}: {_short(str(exc), 240)}" + (f" [weak: {outcome['weak']}]" if outcome.get("weak") else "")}
 
 
 def _run_onnx(result: Any, feeds: dict[str, Any]) -> list[Any]:
@@ -262,15 +283,22 @@ def unframe_backend_case(rec: Recorder, test: Any, func: Any, feed_dict: dict[st
         test.assert_results_equal(expected, actual, opts["rtol"], opts["atol"], opts["mtol"],
                                   opts["check_value"], opts["check_shape"], opts["check_dtype"])
     except Exception as exc:  # noqa: BLE001
-        return {"status": "wrong", "route": outcome.get("route", ""),
-                "detail": f"{type(exc).__name__}: {_short(str(exc), 240)}"}
+        return _differs(outcome, exc)
     return outcome
 
 
-def unframe_keras_case(model: Any, data: Any, expected: Any, rtol: float, atol: float) -> dict[str, Any]:
+def unframe_keras_case(model: Any, data: Any, expected: Any, rtol: float, atol: float,
+                       nchw: list[str] | None = None) -> dict[str, Any]:
+    """``nchw``: the test's ``channel_first_inputs`` (its data is channels-first for them), given
+    to unframe as its equivalent option ``nchw_inputs``."""
     import numpy as np
 
-    result, outcome = _convert(model, sample_inputs=data)
+    samples = data
+    if nchw:  # unframe takes samples as the model does (channels-last); its graph takes the test's
+        names = [str(t.name).split(":")[0] for t in model.inputs]
+        listed = data if isinstance(data, list) else [data]
+        samples = [np.moveaxis(x, 1, -1) if n in nchw else x for n, x in zip(names, listed, strict=False)]
+    result, outcome = _convert(model, sample_inputs=samples, **({"nchw_inputs": list(nchw)} if nchw else {}))
     if result is None:
         return outcome
     try:
@@ -283,14 +311,42 @@ def unframe_keras_case(model: Any, data: Any, expected: Any, rtol: float, atol: 
         if len(actual) < len(want):
             raise AssertionError(f"{len(actual)} outputs, Keras has {len(want)}")
         bad = [i for i in range(len(want)) if not np.allclose(want[i], actual[i], rtol=rtol, atol=atol)]
+        if bad and _stateful(model):
+            return _stateful_case(model, samples, actual, rtol, atol, outcome)
         if bad:
             i = bad[0]
             diff = float(np.max(np.abs(np.asarray(want[i], np.float64) - np.asarray(actual[i], np.float64))))
             raise AssertionError(f"output {i} differs by {diff:.3g} (rtol {rtol}, atol {atol})")
     except Exception as exc:  # noqa: BLE001
-        return {"status": "wrong", "route": outcome.get("route", ""),
-                "detail": f"{type(exc).__name__}: {_short(str(exc), 240)}"}
+        return _differs(outcome, exc)
     return outcome
+
+
+def _stateful(model: Any) -> bool:
+    return any(getattr(layer, "stateful", False) for layer in model._flatten_layers(include_self=False))
+
+
+def _stateful_case(model: Any, samples: Any, actual: list[Any], rtol: float, atol: float,
+                   outcome: dict[str, Any]) -> dict[str, Any]:
+    """A stateful RNN: the test computed its ``expected`` before ``predict`` advanced the model's
+    state, and unframe converts the model in the state it is handed. Checked instead against the
+    model's own next output from that state (the state put back after)."""
+    import keras
+    import numpy as np
+
+    from unframe.converters.frontends._tf.runners import stateful_states
+
+    saved = stateful_states(model)
+    try:
+        want = [np.asarray(v) for v in keras.tree.flatten(model(samples, training=False))]
+    finally:
+        for variable, value in saved:
+            variable.assign(value)
+    same = len(want) <= len(actual) and all(np.allclose(w, a, rtol=rtol, atol=atol) for w, a in zip(want, actual,
+                                                                                                     strict=False))
+    return {"status": "stateful" if same else "wrong", "route": outcome.get("route", ""),
+            "detail": "stateful RNN: matches the model's own output from the state it was converted in"
+            if same else "stateful RNN: differs from the model's own output from the state it was converted in"}
 
 
 def _onnx_mapping_standin() -> None:
