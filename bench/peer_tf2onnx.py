@@ -334,9 +334,9 @@ def _stateful_case(model: Any, samples: Any, actual: list[Any], rtol: float, ato
     import keras
     import numpy as np
 
-    from unframe.converters.frontends._tf.runners import stateful_states
-
-    saved = stateful_states(model)
+    saved = [(v, np.array(v.numpy(), copy=True)) for layer in model._flatten_layers(include_self=False)
+             if getattr(layer, "stateful", False) for v in getattr(layer, "states", None) or ()
+             if hasattr(v, "assign")]  # Keras 3 keeps an RNN's states untracked, in layer.states
     try:
         want = [np.asarray(v) for v in keras.tree.flatten(model(samples, training=False))]
     finally:
