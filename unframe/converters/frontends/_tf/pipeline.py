@@ -90,6 +90,9 @@ def plan_axes(model: TfModel, spec: InputSpec, self_check: bool) -> axes.AxesPla
         signed = {t.name for t in model.inputs if t.shape is not None}
         plan.dynamic = list(dict.fromkeys(forced + [a for a in candidates if a[0] in signed]))
         plan.probe = axes.probe_feed(first, plan.dynamic, drawn, redraw) if plan.dynamic else None
+        if plan.dynamic:
+            plan.notes.append("dynamic axes as the signature declares them (not probed: validation "
+                              "is off): " + plan.describe())
         return plan
     runner = make_runner(model, declared, [], memo=model.memo)
     ranks: list[int] = []
