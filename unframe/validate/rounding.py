@@ -26,8 +26,8 @@ Two uses:
 
 What the emulation rounds is what the backends round: a node's float inputs as it reads them and
 its float outputs as it stores them. Ops whose insides leave fp16's range before their result
-does (a variance squares ``x - mean``: past |x - mean| = 256 it overflows; an L2 norm or a
-log-sum sums before it shrinks; a Fourier transform sums n products) are computed in float32 by
+does (a variance squares ``x - mean``: past |x - mean| = 256 it overflows; an L2 norm, a p-norm
+pool or a log-sum sums before it shrinks; a Fourier transform sums n products) are computed in float32 by
 every 16-bit backend here (``FLOAT32_INSIDE``: CoreML's translation runs their ops in float32,
 TensorRT's and ONNX's precision pass keeps them in float32): they are not switched, as nodes marked
 ``KEEP_FP32`` are not, so the emulation reads their inputs as stored and rounds their outputs for
@@ -64,7 +64,7 @@ MAX_KEEP = 12  # nodes the planner keeps in float32 before it gives up
 # computed in float32 by every 16-bit backend (see the module docstring); backends import it
 FLOAT32_INSIDE = frozenset({
     "LayerNormalization", "GroupNormalization", "InstanceNormalization", "MeanVarianceNormalization",
-    "LpNormalization", "LRN", "ReduceL2", "ReduceLogSum", "DFT", "STFT",
+    "LpNormalization", "LRN", "ReduceL2", "ReduceLogSum", "LpPool", "GlobalLpPool", "DFT", "STFT",
 })
 LOW = {"fp16": ir.DataType.FLOAT16, "bf16": ir.DataType.BFLOAT16}
 FLAGS = "unframe_rounding_flags"

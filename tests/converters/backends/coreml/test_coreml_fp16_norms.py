@@ -25,7 +25,10 @@ from unframe.validate.onnxruntime import OnnxRuntimeRunner
 from unframe.validate.rounding import WIDEN, plan_keep_fp32, rounding_error
 
 pytestmark = pytest.mark.usefixtures("coreml")
-RNG = np.random.default_rng(36)
+
+
+def _rng(seed: int = 36) -> np.random.Generator:
+    return np.random.default_rng(seed)  # one per test: its draws don't depend on which tests ran
 
 
 def _model(nodes: list, inputs: list, outputs: list, inits: list, opset: int = 21) -> onnx.ModelProto:
@@ -36,10 +39,11 @@ def _model(nodes: list, inputs: list, outputs: list, inits: list, opset: int = 2
 def _fcos_head(gain: float = 1.0) -> onnx.ModelProto:
     """Conv 3x3 (16 -> 32 channels) + GroupNorm(8) + Relu, as FCOS's heads; the Conv's outputs
     sit near 400 with a spread past 256 around their group means (``gain`` scales them)."""
-    w = (RNG.standard_normal((32, 16, 3, 3)) * 6.0 * gain).astype(np.float32)
-    b = (RNG.uniform(300, 500, 32) * gain).astype(np.float32)
-    scale = RNG.uniform(0.5, 1.5, 32).astype(np.float32)
-    bias = RNG.uniform(-0.5, 0.5, 32).astype(np.float32)
+    rng = _rng(7)
+    w = (rng.standard_normal((32, 16, 3, 3)) * 6.0 * gain).astype(np.float32)
+    b = (rng.uniform(300, 500, 32) * gain).astype(np.float32)
+    scale = rng.uniform(0.5, 1.5, 32).astype(np.float32)
+    bias = rng.uniform(-0.5, 0.5, 32).astype(np.float32)
     nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
              helper.make_node("GroupNormalization", ["c", "scale", "bias"], ["g"], num_groups=8),
              helper.make_node("Relu", ["g"], ["y"])]
@@ -68,7 +72,7 @@ def _worst(want: dict[str, np.ndarray], got: dict[str, np.ndarray]) -> tuple[flo
 
 def test_a_groupnorm_head_near_400_matches_at_fp16(tmp_path: Path):
     proto = _fcos_head()
-    feeds = {"x": RNG.standard_normal((1, 16, 10, 8)).astype(np.float32)}
+    feeds = {"x": _rng(1).standard_normal((1, 16, 10, 8)).astype(np.float32)}
     conv = OnnxRuntimeRunner(_model([proto.graph.node[0]], list(proto.graph.input),
                                     [helper.make_tensor_value_info("c", TensorProto.FLOAT, None)],
                                     list(proto.graph.initializer))).run(feeds)["c"]
@@ -81,15 +85,16 @@ def test_a_groupnorm_head_near_400_matches_at_fp16(tmp_path: Path):
 
 
 def _one_node(op: str, shape: tuple[int, ...], **attrs: object) -> onnx.ModelProto:
+    rng = _rng(2)
     inputs = ["x"]
     inits = []
     channels = shape[1]
     if op in ("LayerNormalization",):
-        inits = [numpy_helper.from_array(RNG.uniform(0.5, 1.5, shape[-1]).astype(np.float32), "s"),
-                 numpy_helper.from_array(RNG.uniform(-1, 1, shape[-1]).astype(np.float32), "b")]
+        inits = [numpy_helper.from_array(rng.uniform(0.5, 1.5, shape[-1]).astype(np.float32), "s"),
+                 numpy_helper.from_array(rng.uniform(-1, 1, shape[-1]).astype(np.float32), "b")]
     elif op in ("InstanceNormalization", "GroupNormalization"):
-        inits = [numpy_helper.from_array(RNG.uniform(0.5, 1.5, channels).astype(np.float32), "s"),
-                 numpy_helper.from_array(RNG.uniform(-1, 1, channels).astype(np.float32), "b")]
+        inits = [numpy_helper.from_array(rng.uniform(0.5, 1.5, channels).astype(np.float32), "s"),
+                 numpy_helper.from_array(rng.uniform(-1, 1, channels).astype(np.float32), "b")]
     inputs += [i.name for i in inits]
     if op in ("ReduceL2", "ReduceLogSum"):
         inits.append(numpy_helper.from_array(np.array([-1], np.int64), "axes"))
@@ -101,21 +106,21 @@ def _one_node(op: str, shape: tuple[int, ...], **attrs: object) -> onnx.ModelPro
 
 # (op, shape, attributes, the input: values whose squares or sums leave fp16's range)
 CASES = [
-    ("LayerNormalization", (2, 6, 32), {}, lambda s: RNG.standard_normal(s) * 2 + np.where(np.arange(s[-1]) == 3, 3000, 0)),
-    ("InstanceNormalization", (1, 4, 6, 6), {}, lambda s: RNG.standard_normal(s) * 300 + 400),
-    ("GroupNormalization", (1, 4, 6, 6), {"num_groups": 2}, lambda s: RNG.standard_normal(s) * 300 + 400),
-    ("MeanVarianceNormalization", (1, 3, 5, 5), {}, lambda s: RNG.standard_normal(s) * 300 + 400),
-    ("LpNormalization", (2, 3, 16), {"axis": -1}, lambda s: RNG.standard_normal(s) * 400),
-    ("LRN", (1, 8, 4, 4), {"size": 3}, lambda s: RNG.standard_normal(s) * 400),
-    ("ReduceL2", (2, 3, 16), {}, lambda s: RNG.standard_normal(s) * 400),
-    ("ReduceLogSum", (2, 3, 1000), {}, lambda s: RNG.uniform(60, 100, s)),
+    ("LayerNormalization", (2, 6, 32), {}, lambda s, r: r.standard_normal(s) * 2 + np.where(np.arange(s[-1]) == 3, 3000, 0)),
+    ("InstanceNormalization", (1, 4, 6, 6), {}, lambda s, r: r.standard_normal(s) * 300 + 400),
+    ("GroupNormalization", (1, 4, 6, 6), {"num_groups": 2}, lambda s, r: r.standard_normal(s) * 300 + 400),
+    ("MeanVarianceNormalization", (1, 3, 5, 5), {}, lambda s, r: r.standard_normal(s) * 300 + 400),
+    ("LpNormalization", (2, 3, 16), {"axis": -1}, lambda s, r: r.standard_normal(s) * 400),
+    ("LRN", (1, 8, 4, 4), {"size": 3}, lambda s, r: r.standard_normal(s) * 400),
+    ("ReduceL2", (2, 3, 16), {}, lambda s, r: r.standard_normal(s) * 400),
+    ("ReduceLogSum", (2, 3, 1000), {}, lambda s, r: r.uniform(60, 100, s)),
 ]
 
 
 @pytest.mark.parametrize(("op", "shape", "attrs", "draw"), CASES, ids=[c[0] for c in CASES])
 def test_statistics_past_fp16s_range_are_computed_in_float32(op, shape, attrs, draw, tmp_path: Path):
     proto = _one_node(op, shape, **attrs)
-    feeds = {"x": draw(shape).astype(np.float32)}
+    feeds = {"x": draw(shape, _rng(3)).astype(np.float32)}
     want = OnnxRuntimeRunner(proto).run(feeds)
     err, scale = _worst(want, _fp16_run(to_ir(proto), feeds, tmp_path))
     assert scale > 0.5
@@ -128,7 +133,8 @@ def test_the_emulation_predicts_the_packages_fp16_error(tmp_path: Path):
     rounds). Before the change the package's GroupNorm overflowed while the emulation, which
     ran it as one float32 kernel, said the graph was fine."""
     proto = _fcos_head()
-    feeds = [{"x": RNG.standard_normal((1, 16, 10, 8)).astype(np.float32)} for _ in range(2)]
+    rng = _rng(4)
+    feeds = [{"x": rng.standard_normal((1, 16, 10, 8)).astype(np.float32)} for _ in range(2)]
     model = to_ir(proto)
     emulated = rounding_error(model, feeds, "fp16")
     assert emulated is not None and not emulated.nonfinite
@@ -145,7 +151,7 @@ def test_a_node_that_overflows_fp16_is_found_and_kept_in_float32(tmp_path: Path)
     in float32 by the backend, reads what the Conv stores), the planner keeps the Conv in float32,
     and the package then matches."""
     proto = _fcos_head(gain=250.0)  # the Conv bias itself is past 65504 too
-    feeds = [{"x": RNG.standard_normal((1, 16, 10, 8)).astype(np.float32)}]
+    feeds = [{"x": _rng(5).standard_normal((1, 16, 10, 8)).astype(np.float32)}]
     want = OnnxRuntimeRunner(proto).run(feeds[0])
     model = to_ir(proto)
     plain, _ = _worst(want, _fp16_run(model, feeds[0], tmp_path / "plain"))
