@@ -138,8 +138,10 @@ class TorchFrontend(Frontend):
                          "the model in full float32, as the graph computes, and left the setting as it was")
         fn = callable_of(module)
         fed = inp.feeds(inputs)  # the samples as parity will feed them, copied before any run
+        pristine = inp.tensor_copies(inputs)
         started = time.perf_counter()
-        eager = run_model(fn, inputs.args, inputs.kwargs, what)
+        eager = run_model(fn, *inputs.rebuild(pristine), what)  # a forward may write its inputs:
+        # the probe and the exporters get the samples as they were, not what the forward left
         probe = None
         if not (_is_exported_program(native) and _exported_shapes_static(native)):
             probe, probe_notes = dyn.prove(fn, inputs, what)  # the batch axis: only where proven

@@ -97,6 +97,11 @@ def tensor_of(a: np.ndarray, device: Any = None) -> Any:
     return t if device is None or t.device == device else t.to(device)
 
 
+def tensor_copies(inputs: ModelInputs) -> dict[str, Any]:
+    """A copy of each tensor input, by name (for a run that may write them)."""
+    return {n: t.detach().clone() for n, t in zip(inputs.names, inputs.tensor_leaves(), strict=True)}
+
+
 def own_copies(inputs: ModelInputs) -> None:
     """Tensor inputs replaced by copies: what the model does to them stays inside unframe."""
     leaves = dict(zip(inputs.names, inputs.tensor_leaves(), strict=True))
