@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from unframe.errors import ResourceLimitError, UnframeError
+from unframe.errors import ResourceLimitError, UnframeError, UnsupportedError
 from unframe.validate import tolerances
 from unframe.validate.runner import Runner
 
@@ -234,8 +234,8 @@ def compare(ref: Runner, out: Runner, feeds: Mapping[str, np.ndarray] | Sequence
             continue
         try:
             got = out.run(feed)
-        except (ResourceLimitError, KeyboardInterrupt):
-            raise
+        except (ResourceLimitError, UnsupportedError, KeyboardInterrupt):
+            raise  # a limit, or a runtime that lacks an op (every blocker listed): typed already
         except Exception as exc:  # noqa: BLE001 - the candidate failing on a feed fails the stage
             result.status, result.run_failure = FAILED, _error_text(exc)
             result.reason = (f"{out.name} can't run input set {index + 1} of {len(feed_list)} "
