@@ -295,3 +295,14 @@ def test_contrib_op_inside_a_loop_gets_its_domain_imported() -> None:
     names = [v.name for v in result.model.graph.inputs]
     got = _session(result.model).run(None, dict(zip(names, [base, diag, k], strict=True)))[0]
     np.testing.assert_array_equal(got, fn(base, diag, k).numpy())
+
+
+def test_op_only_onnxruntime_has_goes_through_its_contrib_ops() -> None:
+    """MatrixInverse has no standard ONNX op; tf2onnx maps it to onnxruntime's com.microsoft
+    Inverse when allowed: the last route, after every standard one failed (before: exit 4)."""
+    x = (_rng(18).random((4, 5, 5)) + np.eye(5) * 3).astype(np.float32)
+    result = unframe.convert(tf.function(lambda a: tf.linalg.inv(a)), to="onnx", sample_inputs=x)
+    assert result.report, str(result.report)
+    assert "contrib ops" in result.export.route and result.model.opset_imports.get("com.microsoft") == 1
+    got = _session(result.model).run(None, {result.model.graph.inputs[0].name: x})[0]
+    np.testing.assert_allclose(got, np.linalg.inv(x), rtol=1e-4, atol=1e-5)

@@ -10,7 +10,9 @@ TensorFlow on the first parity feed:
    models fail in ``from_keras``'s output naming);
 3. Keras' own ONNX export (``model.export(path, format="onnx")``, a dict signature for a dict
    model), for Keras models;
-4. tf2onnx again at another opset (18, or 15 when 18 was the one that failed).
+4. tf2onnx again at another opset (18, or 15 when 18 was the one that failed);
+5. for functions, Keras models and frozen graphs, tf2onnx allowed onnxruntime's contrib ops
+   (``com.microsoft``: ``MatrixInverse`` -> ``Inverse``); that graph runs on onnxruntime only.
 
 Every failed attempt is recorded in ``ExportResult.notes``. When every route fails because ops
 have no ONNX mapping, ``UnsupportedError`` names them.
@@ -82,7 +84,31 @@ def attempts(model: TfModel, inputs: Sequence[TensorSpec], opset: int) -> list[A
                            lambda: keras_export(model, inputs, opset)))
     other = next(o for o in FALLBACK_OPSETS if o != opset)
     out.append(Attempt(f"{tool} (opset {other})", tool, other, lambda: primary(other)))
+    contrib = _with_contrib_ops(model, inputs)
+    if contrib is not None:
+        out.append(Attempt(f"{tool} with onnxruntime's contrib ops (opset {opset})", tool, opset,
+                           lambda: contrib(opset)))
     return out
+
+
+CONTRIB = "com.microsoft"
+
+
+def _with_contrib_ops(model: TfModel, inputs: Sequence[TensorSpec]
+                      ) -> Callable[[int], onnx.ModelProto] | None:
+    """The last route: tf2onnx allowed onnxruntime's contrib ops (``extra_opset`` com.microsoft),
+    for TF ops standard ONNX has no op for (``MatrixInverse`` -> ``com.microsoft::Inverse``). Its
+    graph runs on onnxruntime only; tried when every standard route failed."""
+    from onnx import helper
+
+    extra = [helper.make_opsetid(CONTRIB, 1)]
+    if model.kind == "function":
+        return lambda opset: from_function(model, inputs, opset, extra)
+    if model.kind == "keras":
+        return lambda opset: from_keras_call(model, inputs, opset, extra)
+    if model.kind == "graph_def":
+        return lambda opset: from_graph_def(model, inputs, opset, extra)
+    return None
 
 
 _TOOLS = {"keras": "tf2onnx from_keras", "function": "tf2onnx from_function",
@@ -116,7 +142,8 @@ def from_keras(model: TfModel, inputs: Sequence[TensorSpec], opset: int) -> onnx
     return proto
 
 
-def from_keras_call(model: TfModel, inputs: Sequence[TensorSpec], opset: int) -> onnx.ModelProto:
+def from_keras_call(model: TfModel, inputs: Sequence[TensorSpec], opset: int,
+                    extra_opset: list[Any] | None = None) -> onnx.ModelProto:
     """tf2onnx's ``from_function`` on a function that calls the Keras model with its inputs in the
     structure it was built on (one tensor, a list, or a dict: keras-hub backbones refuse the list
     tf2onnx's ``from_keras`` passes, "The structure of `inputs` doesn't match"), returning the
@@ -147,16 +174,19 @@ def from_keras_call(model: TfModel, inputs: Sequence[TensorSpec], opset: int) ->
 
     specs = to_tf_specs(inputs)
     fn = tf.function(call, input_signature=specs)
-    proto, _ = tf2onnx.convert.from_function(fn, input_signature=specs, opset=opset)
+    proto, _ = tf2onnx.convert.from_function(fn, input_signature=specs, opset=opset,
+                                             extra_opset=extra_opset)
     return inline_captures(proto, fn.get_concrete_function(*specs))
 
 
-def from_function(model: TfModel, inputs: Sequence[TensorSpec], opset: int) -> onnx.ModelProto:
+def from_function(model: TfModel, inputs: Sequence[TensorSpec], opset: int,
+                  extra_opset: list[Any] | None = None) -> onnx.ModelProto:
     import tf2onnx
 
     register_tf2onnx_extensions()
     specs = call_specs(model, inputs)
-    proto, _ = tf2onnx.convert.from_function(model.obj, input_signature=specs, opset=opset)
+    proto, _ = tf2onnx.convert.from_function(model.obj, input_signature=specs, opset=opset,
+                                             extra_opset=extra_opset)
     return inline_captures(proto, model.obj.get_concrete_function(*specs))
 
 
@@ -185,7 +215,8 @@ def inline_captures(proto: onnx.ModelProto, concrete: Any) -> onnx.ModelProto:
     return proto
 
 
-def from_graph_def(model: TfModel, inputs: Sequence[TensorSpec], opset: int) -> onnx.ModelProto:
+def from_graph_def(model: TfModel, inputs: Sequence[TensorSpec], opset: int,
+                   extra_opset: list[Any] | None = None) -> onnx.ModelProto:
     """A frozen graph: its Placeholders in, the chosen tensors out; the shapes the frontend chose
     (fixed, or ``None`` where proven dynamic) override the Placeholders'."""
     import tf2onnx
@@ -201,7 +232,7 @@ def from_graph_def(model: TfModel, inputs: Sequence[TensorSpec], opset: int) -> 
     proto, _ = tf2onnx.convert.from_graph_def(graph_def, input_names=names,
                                               output_names=list(model.graph_outputs), opset=opset,
                                               shape_override=shapes or None,
-                                              tensors_to_rename=renames)
+                                              tensors_to_rename=renames, extra_opset=extra_opset)
     return proto
 
 
