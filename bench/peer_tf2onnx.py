@@ -225,9 +225,19 @@ def _differs(outcome: dict[str, Any], exc: BaseException) -> dict[str, Any]:
 
 
 def _run_onnx(result: Any, feeds: dict[str, Any]) -> list[Any]:
+    """The graph on the test's feed, each numeric array in the dtype the graph declares (as
+    TensorFlow casts a feed into its Placeholder, and unframe its samples)."""
+    import numpy as np
     import onnx_ir as ir
     import onnxruntime as ort
 
+    for value in result.model.graph.inputs:
+        array = feeds.get(value.name)
+        if isinstance(array, np.ndarray) and array.dtype.kind in "biuf" and value.dtype is not None:
+            try:
+                feeds[value.name] = array.astype(value.dtype.numpy(), copy=False)
+            except (TypeError, ValueError):  # a type numpy can't name: fed as it is
+                pass
     proto = ir.serde.serialize_model(result.model)
     session = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
     return session.run(None, feeds)
