@@ -1,10 +1,13 @@
 """PyTorch in: nn.Module / ExportedProgram objects, .pt2, TorchScript and (with trust) pickles.
 
 Export goes through ``torch.onnx.export(..., dynamo=True)``; when that fails the reason is
-recorded in the notes and the TorchScript exporter is tried (``exporter`` forces one). Inputs
-come from the samples, ``--inputs`` specs or the ExportedProgram's own example inputs; the batch
-axis is dynamic unless ``static``. Parity runs torch eager on the same feeds, at two batch sizes
-when the exported batch axis is dynamic.
+recorded in the notes and the TorchScript exporter is tried (``exporter`` forces one), in a
+forked child (``_torch/isolate.py``: a failed trace can corrupt torch's heap). Inputs come from
+the samples, ``--inputs`` specs or the ExportedProgram's own example inputs. The batch axis is
+dynamic only where proven (``_torch/dynamic.py``): the model runs at another batch size and the
+export takes it; otherwise every axis stays as the samples have it, and the notes say why.
+Parity runs torch eager on the same feeds (the frontend's own runs on the samples and the probe
+are its reference), at two batch sizes when the batch is dynamic.
 """
 
 from __future__ import annotations
