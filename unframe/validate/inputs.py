@@ -158,7 +158,9 @@ def alternative_feeds(model: ir.Model, like: Sequence[Mapping[str, np.ndarray]],
         feeds = []
         for i, feed in enumerate(like):
             rng = np.random.default_rng(seed + i)
-            feeds.append({k: _redraw(rng, k, np.asarray(v), floats, vocab.get(k)) for k, v in feed.items()})
+            # np.asarray: a 0-d input's redraw is a numpy scalar, which onnxruntime refuses
+            feeds.append({k: np.asarray(_redraw(rng, k, np.asarray(v), floats, vocab.get(k)))
+                          for k, v in feed.items()})
         out.append((label + (", token ids within the vocabulary" if vocab else ""), feeds))
     return out
 
