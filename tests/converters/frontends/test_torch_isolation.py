@@ -100,3 +100,38 @@ def test_three_failed_traces_then_working_conversions_in_one_process(tmp_path: P
     # the user's frame and the exception it raised, in the first line
     assert "journey.py" in typed[2] and "in forward()" in typed[2], typed
     assert "ValueError: this model refuses to be traced" in typed[2], typed
+
+
+def test_the_child_never_finalizes_what_the_parent_left_as_garbage(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An onnxruntime session of the parent's, left in a reference cycle, collected in the child:
+    its destructor waits for thread-pool threads a forked child doesn't have, and the child hung
+    (a test did, for 18 minutes). The child freezes what it inherits; here it collects garbage
+    at once and must still answer."""
+    import gc
+    import time
+
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    from unframe.converters.frontends._torch import isolate
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [64, 64])
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "x"], ["y"])], "g", [x],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [64, 64])])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10)
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 2  # a thread pool: what the destructor waits for
+    monkeypatch.setattr(isolate, "TIMEOUT", 60.0)
+    gc.disable()  # the cycle stays garbage until the child collects it
+    try:
+        session = ort.InferenceSession(proto.SerializeToString(), options)
+        import numpy as np
+
+        session.run(None, {"x": np.ones((64, 64), np.float32)})
+        time.sleep(1.0)  # its pool's threads stop spinning and wait on their condition variable
+        cycle: list[object] = [session]
+        cycle.append(cycle)
+        del session, cycle
+        assert isolate.run(lambda: gc.collect() >= 0, lambda exc: (str(exc), False), "a step") is True
+    finally:
+        gc.enable()

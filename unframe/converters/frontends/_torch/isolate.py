@@ -16,8 +16,13 @@ stays there:
 * Ctrl-C in the parent kills the child before the interrupt goes on.
 
 Forking a process that has threads copies only the calling thread: the child sets torch to one
-thread first (torch's DataLoader workers do the same, for the same reason) and never returns into
-the caller's code (``os._exit``). Its stdout and stderr go to a file whose tail is kept for
+thread first (torch's DataLoader workers do the same, for the same reason), freezes what it
+inherited out of reach of Python's garbage collector (``gc.freeze``: an object of the parent's,
+such as an onnxruntime session of an earlier parity check left in a reference cycle, must not be
+finalized there: its destructor waits for thread-pool threads the child doesn't have, and the
+child hangs; found as a hung test), calls nothing that takes the dynamic loader's lock
+(the parent resolves ``prctl`` before forking) and never returns into the caller's code
+(``os._exit``). Its stdout and stderr go to a file whose tail is kept for
 ``--debug``. A model on a CUDA device can't be used in a forked child; the step then runs here,
 as it did before.
 """
@@ -25,6 +30,7 @@ as it did before.
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import pickle
 import select
@@ -39,7 +45,7 @@ from typing import Any
 
 from unframe.errors import ConversionError
 
-TIMEOUT = 3600.0  # a trace taking longer is stopped (the largest models trace in minutes)
+TIMEOUT = 900.0  # a trace taking longer is stopped (the largest models trace in minutes)
 
 
 class ChildFailure(Exception):
@@ -64,10 +70,12 @@ def can_fork(device: Any = None) -> bool:
 
 
 def run(step: Callable[[], Any], explain: Callable[[BaseException], tuple[str, bool]], what: str,
-        timeout: float = TIMEOUT) -> Any:
+        timeout: float | None = None) -> Any:
     """``step()`` in a forked child; its (picklable) result. ``explain(exc)`` turns an exception
     in the child into (one line, data-dependent?) there, where its chain and frames still are."""
+    timeout = TIMEOUT if timeout is None else timeout
     log = tempfile.TemporaryFile(prefix="unframe-trace-")
+    _prctl()  # resolved here: the child must not take the dynamic loader's lock
     read_end, write_end = os.pipe()
     for stream in (sys.stdout, sys.stderr):  # else the child holds a copy of what is buffered
         with contextlib.suppress(Exception):
@@ -94,6 +102,7 @@ def _child(step: Callable[[], Any], explain: Callable[[BaseException], tuple[str
            log: int) -> None:
     code = 1
     try:
+        gc.freeze()  # never finalize what the parent owns (see the module's doc)
         _die_with_parent()
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and kills us
         os.dup2(log, 1)
@@ -190,11 +199,24 @@ def _signal_name(number: int) -> str:
         return f"signal {number}"
 
 
+_PRCTL: list[Any] = []
+
+
+def _prctl() -> Any:
+    """libc's prctl, looked up once in the parent (None off Linux or where it can't be had)."""
+    if not _PRCTL:
+        found = None
+        if sys.platform.startswith("linux"):
+            import ctypes
+
+            with contextlib.suppress(OSError, AttributeError):
+                found = ctypes.CDLL(None, use_errno=True).prctl
+        _PRCTL.append(found)
+    return _PRCTL[0]
+
+
 def _die_with_parent() -> None:
     """A child stuck in native code is killed by the kernel when the parent goes (Linux)."""
-    if not sys.platform.startswith("linux"):
-        return
-    import ctypes
-
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    prctl = _PRCTL[0] if _PRCTL else None
+    if prctl is not None:
+        prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
