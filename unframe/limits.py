@@ -8,7 +8,8 @@ never returns. What is checked here, each before the work it guards:
 * allocations unframe makes from a model's numbers (parity inputs, constants a pass builds from
   a shape) against a memory budget: ``--max-memory``, by default half of the memory available;
 * what running the model for parity would need: its weights against the same budget, and Loops
-  whose constant trip count runs without an exit condition;
+  whose constant trip count runs without an exit condition (the limits are here; the check,
+  which reads the model's weights, is ``unframe.validate.runnable``);
 * nesting: subgraphs inside subgraphs, and model-local functions calling each other (a cycle
   would recurse forever in every inliner);
 * parity run time (``--parity-timeout``): a stage that runs longer stops with a clear message.
@@ -23,6 +24,7 @@ import contextlib
 import contextvars
 import math
 import os
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -32,7 +34,6 @@ from unframe.errors import InputError, ResourceLimitError, UsageError
 
 if TYPE_CHECKING:
     import onnx
-    import onnx_ir as ir
 
 MAX_SUBGRAPH_DEPTH = 32  # If/Loop/Scan bodies inside each other; exporters stay under ~5
 MAX_FUNCTION_DEPTH = 32  # model-local functions calling functions
@@ -48,6 +49,19 @@ _deadline: contextvars.ContextVar[tuple[float, str, str] | None] = contextvars.C
 
 
 # ------------------------------------------------------------------------------ sizes ------------
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
+_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1024, "m": 1000**2, "mb": 1000**2, "mib": 1024**2,
+          "g": 1000**3, "gb": 1000**3, "gib": 1024**3, "t": 1000**4, "tb": 1000**4, "tib": 1024**4}
+
+
+def size_of(text: str) -> int:
+    """``512MiB``, ``4GB``, ``1.5g`` or a plain count of bytes, as bytes."""
+    m = _SIZE.match(text)
+    if not m or (m.group(2) or "").lower() not in _UNITS:
+        raise UsageError(f"bad size {text!r}", "use e.g. 512MiB or 4GiB")
+    return int(float(m.group(1)) * _UNITS[(m.group(2) or "").lower()])
+
+
 def human(n: float) -> str:
     """Bytes for messages: 1.5 GiB, 7.1 PiB."""
     for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
@@ -90,10 +104,8 @@ def parse_size(value: Any, flag: str = "--max-memory") -> int:
     if isinstance(value, (int, float)):
         size = int(value)
     else:
-        from unframe.cli.options import size as parse_text
-
         try:
-            size = parse_text(str(value))
+            size = size_of(str(value))
         except UsageError:
             raise UsageError(f"bad {flag} {value!r}", "use a size like 4GiB or 512MiB") from None
     if size <= 0:
@@ -391,71 +403,6 @@ def _walk_calls(start: tuple[str, str], calls: dict[tuple[str, str], set[tuple[s
 
 def _fname(key: tuple[str, str]) -> str:
     return f"{key[0]}::{key[1]}" if key[0] else key[1]
-
-
-# --------------------------------------------------------------------- running a model ---------
-def check_runnable(model: ir.Model, where: str) -> None:
-    """What running ``model`` for parity needs, before a runtime is asked to: its weights within
-    the memory budget, and no Loop whose constant trip count runs without an exit condition."""
-    from unframe.io import tensor_bytes
-
-    weights = tensor_bytes(model)
-    check_alloc(weights, f"running {where} for parity (its weights)",
-                "pass --no-validate to convert without running it, or raise --max-memory")
-    for node in _loops(model):
-        trips = _constant_trips(node)
-        if trips is not None and trips > MAX_LOOP_TRIPS and _runs_to_count(node):
-            label = node.name or "Loop"
-            raise ResourceLimitError(
-                f"{where}: Loop {label!r} runs {trips} iterations (a constant trip count with no exit "
-                f"condition; parity runs at most {MAX_LOOP_TRIPS})",
-                "pass --no-validate to convert without running it")
-
-
-def _loops(model: ir.Model) -> Iterator[ir.Node]:
-    import onnx_ir as ir
-
-    for node in ir.traversal.RecursiveGraphIterator(model.graph):
-        if node.op_type == "Loop" and node.domain in ("", "ai.onnx"):
-            yield node
-
-
-def _constant_trips(node: ir.Node) -> int | None:
-    if not node.inputs or node.inputs[0] is None or node.inputs[0].const_value is None:
-        return None
-    try:
-        values = node.inputs[0].const_value.numpy().reshape(-1)
-    except Exception:  # noqa: BLE001 - unreadable constants are reported by the runtime itself
-        return None
-    return int(values[0]) if values.size == 1 and values.dtype.kind in "iu" else None
-
-
-def _runs_to_count(node: ir.Node) -> bool:
-    """True when nothing can end the Loop early: no condition input (or a constant true one) and
-    a body whose condition output is its condition input passed through (or constant true)."""
-    cond = node.inputs[1] if len(node.inputs) > 1 else None
-    if cond is not None and not _const_true(cond):
-        return False
-    body = node.attributes.get("body")
-    if body is None or not body.value.outputs or len(body.value.inputs) < 2:
-        return False
-    out = body.value.outputs[0]
-    while out.producer() is not None and out.producer().op_type == "Identity" and out.producer().inputs:
-        out = out.producer().inputs[0]
-        if out is None:
-            return False
-    return out is body.value.inputs[1] or _const_true(out)
-
-
-def _const_true(value: ir.Value) -> bool:
-    const = value.const_value
-    if const is None:
-        return False
-    try:
-        arr = const.numpy()
-    except Exception:  # noqa: BLE001
-        return False
-    return arr.size == 1 and bool(arr.reshape(-1)[0])
 
 
 # ------------------------------------------------------------------------- run time ------------

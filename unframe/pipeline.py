@@ -193,9 +193,10 @@ class Flow:
         Drawn only when a stage compares something (``validate=False`` never needs them)."""
         if self._feeds is None:
             from unframe.validate.inputs import DYNAMIC_FILLS, as_feed_list, generate_feeds
+            from unframe.validate.runnable import check_runnable
 
             if self.model is not None:  # before any runtime loads it: weights, endless Loops
-                limits.check_runnable(self.model, source_text(self.source))
+                check_runnable(self.model, source_text(self.source))
             if self.export is not None and self.export.feeds:
                 self._feeds = self.export.feeds
             elif self.settings.spec.samples is not None:

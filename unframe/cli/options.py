@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
+from unframe import limits
 from unframe.errors import UsageError
-
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
-_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1024, "m": 1000**2, "mb": 1000**2, "mib": 1024**2,
-          "g": 1000**3, "gb": 1000**3, "gib": 1024**3, "t": 1000**4, "tb": 1000**4, "tib": 1024**4}
 
 
 def tolerance(values: tuple[str, ...], flag: str) -> float | dict[str, float] | None:
@@ -83,10 +79,7 @@ def enumerated(values: tuple[str, ...]) -> dict[str, list[tuple[int, ...]]]:
 
 
 def size(text: str) -> int:
-    m = _SIZE.match(text)
-    if not m or (m.group(2) or "").lower() not in _UNITS:
-        raise UsageError(f"bad size {text!r}", "use e.g. 512MiB or 4GiB")
-    return int(float(m.group(1)) * _UNITS[(m.group(2) or "").lower()])
+    return limits.size_of(text)
 
 
 def stage_options(raw: dict[str, Any]) -> dict[str, Any]:
