@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import onnx
 import onnx_ir as ir
 
@@ -852,10 +853,33 @@ def _remove(p: Path) -> None:
         p.unlink(missing_ok=True)
 
 
-def tensor_bytes(model: ir.Model) -> int:
-    from unframe.validate.onnxruntime import _nbytes
+def all_initializers(model: ir.Model) -> list[ir.Value]:
+    """The initializers of the main graph and of every subgraph (If/Loop/Scan bodies)."""
+    out: list[ir.Value] = list(model.graph.initializers.values())
+    for node in ir.traversal.RecursiveGraphIterator(model.graph):
+        for attr in node.attributes.values():
+            if attr.type == ir.AttributeType.GRAPH:
+                out.extend(attr.value.initializers.values())
+            elif attr.type == ir.AttributeType.GRAPHS:
+                for g in attr.value:
+                    out.extend(g.initializers.values())
+    return out
 
-    return _nbytes(model)
+
+def tensor_bytes(model: ir.Model) -> int:
+    """The bytes of every initializer's data, subgraphs included (from the dims and dtype: no
+    tensor is read)."""
+    total = 0
+    for v in all_initializers(model):
+        t = v.const_value
+        if t is None:
+            continue
+        try:
+            itemsize = max(t.dtype.itemsize, 1)
+        except TypeError:  # STRING tensors have no fixed width; they are never large weights
+            itemsize = 1
+        total += int(np.prod(t.shape.numpy(), dtype=np.int64)) * itemsize
+    return total
 
 
 def has_external_tensors(model: ir.Model) -> bool:

@@ -163,9 +163,9 @@ def onnx_load(data: bytes) -> None:
 
 
 def _initializers(model: Any) -> list[Any]:
-    from unframe.validate.onnxruntime import _all_initializers
+    from unframe import io
 
-    return _all_initializers(model)
+    return io.all_initializers(model)
 
 
 INSPECT_KINDS = ("model.onnx", "model.mlpackage", "model.engine")

@@ -61,32 +61,6 @@ class _ModelFile:
             self._file = None
 
 
-def _all_initializers(model: ir.Model) -> list[ir.Value]:
-    out: list[ir.Value] = list(model.graph.initializers.values())
-    for node in ir.traversal.RecursiveGraphIterator(model.graph):
-        for attr in node.attributes.values():
-            if attr.type == ir.AttributeType.GRAPH:
-                out.extend(attr.value.initializers.values())
-            elif attr.type == ir.AttributeType.GRAPHS:
-                for g in attr.value:
-                    out.extend(g.initializers.values())
-    return out
-
-
-def _nbytes(model: ir.Model) -> int:
-    total = 0
-    for v in _all_initializers(model):
-        t = v.const_value
-        if t is None:
-            continue
-        try:
-            itemsize = max(t.dtype.itemsize, 1)
-        except TypeError:  # STRING tensors have no fixed width; they are never large weights
-            itemsize = 1
-        total += int(np.prod(t.shape.numpy(), dtype=np.int64)) * itemsize
-    return total
-
-
 _DEFAULT_THREADS: list[int | None] = [None]
 
 
