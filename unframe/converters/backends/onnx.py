@@ -71,7 +71,7 @@ class OnnxBackend(Backend):
         return Tolerance(*LOW_PRECISIONS[precision], of_scale=True)  # 16-bit compute: validate.tolerances
 
     def runner(self, artifact: Artifact, target: Target) -> Runner:
-        from unframe.pipeline import onnx_runner_of
+        from unframe.validate.deferred import onnx_runner_of
 
         return onnx_runner_of(artifact.model, "the 16-bit graph")
 

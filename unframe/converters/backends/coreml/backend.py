@@ -154,7 +154,7 @@ class CoreMLBackend(Backend):
             raise RunnerUnavailable(f"the MIL evaluator is unavailable: {exc}") from exc
         if artifact.path is None:
             raise RunnerUnavailable("the CoreML artifact was not written to disk")
-        from unframe.pipeline import Deferred
+        from unframe.validate.deferred import Deferred
 
         path = artifact.path
         # loaded when parity first runs it (the program's load is parity's time, not the build's);

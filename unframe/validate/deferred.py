@@ -1,0 +1,77 @@
+"""Runners built on first use, and the errors a runtime's refusal becomes.
+
+A stage offers a runner of what it produced, but building one (an onnxruntime session, the MIL
+program of a CoreML package) costs time that only a comparison needs: ``Deferred`` builds it when
+parity first runs it, or when ``pin()`` asks (before a later stage changes the model in place).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+from unframe import io
+from unframe.errors import ConversionError, InputError, UnframeError
+from unframe.validate.runner import Runner
+
+if TYPE_CHECKING:
+    import onnx_ir as ir
+
+
+class Deferred(Runner):
+    """A runner built on first use. The source framework's runner names its outputs after the
+    exported graph, so it can only be built after the export; ``pin()`` builds it early, before
+    a stage changes the model it would run.
+
+    ``what`` names the model it runs and ``failure`` the error a runtime's refusal becomes: the
+    source model failing in its own framework is bad input (``InputError``); a graph unframe or
+    an exporter produced failing is a tool failure (``ConversionError``)."""
+
+    def __init__(self, factory: Callable[[], Runner], what: str = "the converted model",
+                 failure: type[UnframeError] = ConversionError) -> None:
+        self._factory = factory
+        self._runner: Runner | None = None
+        self.what = what
+        self.failure = failure
+
+    def pin(self) -> Runner:
+        if self._runner is None:
+            with self._typed("load"):
+                self._runner = self._factory()
+        return self._runner
+
+    @property
+    def name(self) -> str:  # type: ignore[override]
+        return self.pin().name
+
+    def input_specs(self) -> Any:
+        return self.pin().input_specs()
+
+    def output_names(self) -> Any:
+        return self.pin().output_names()
+
+    def run(self, feeds: Any) -> dict[str, Any]:
+        runner = self.pin()
+        with self._typed("run", runner.name):
+            return runner.run(feeds)
+
+    @contextmanager
+    def _typed(self, verb: str, runner: str = "its runner") -> Iterator[None]:
+        try:
+            yield
+        except (UnframeError, KeyboardInterrupt):
+            raise
+        except Exception as exc:  # a runtime refusing the model: say which model, which runtime
+            hint = ("the model is invalid for its runtime; pass --sample-inputs that fit it, or "
+                    "--no-validate to convert without running it") if self.failure is InputError else \
+                   ("report it with --debug output; --no-validate converts without running it")
+            raise self.failure(f"{self.what} can't be {'run' if verb == 'run' else 'loaded'} by "
+                               f"{runner} for parity: {type(exc).__name__}: {io.first_line(exc)}",
+                               hint) from exc
+
+
+def onnx_runner_of(model: ir.Model, what: str = "the converted model") -> Deferred:
+    from unframe.validate.onnxruntime import onnx_runner
+
+    return Deferred(lambda: onnx_runner(model), what)
