@@ -9,6 +9,9 @@
 * TensorRT (``.engine``/``.plan``, with the ``<engine>.json`` sidecar): size, sha256 against the
   sidecar's, and what the sidecar records (flavour, version, GPU, precision, profiles, flags, I/O,
   provenance). TensorRT is never imported: a runtime object without a driver can crash.
+* ExecuTorch (``.pte``, with the ``<program>.pte.json`` sidecar): header, sha256 against the
+  sidecar's, what the sidecar records (versions, precision, I/O and bounds, XNNPACK's share,
+  provenance); ExecuTorch reads only a program without a sidecar, in a child process.
 
 ``describe()`` returns, for every kind: ``path``, ``kind`` (``onnx``, ``mlpackage``, ``mlmodel``
 or ``engine``), ``file_bytes``, ``inputs`` and ``outputs`` (``{name, shape, dtype}``; dtypes use
@@ -42,8 +45,14 @@ def describe(path_text: str) -> dict[str, Any]:
         return _describe_onnx(path)
     if suffix in (".mlpackage", ".mlmodel"):
         return _describe_coreml(path, suffix[1:])
+    if suffix == ".tflite":
+        return _describe_tflite(path)
+    if suffix == ".xml":
+        return _describe_openvino(path)
     if not path.exists():
         raise InputError(f"{path}: no such file", "check the path")
+    if suffix == ".pte":  # before the engines: a .pte has a .json sidecar too
+        return _describe_pte(path)
     if path.is_file():
         from unframe.converters.backends.tensorrt.sidecar import is_engine_file
 
@@ -364,6 +373,89 @@ def _count_block(block: Any, ops: Counter[str]) -> None:
             _count_block(inner, ops)
 
 
+# --------------------------------------------------------------------------------- openvino --
+def _describe_openvino(path: Path) -> dict[str, Any]:
+    """An OpenVINO IR (.xml and its .bin), read by OpenVINO in a child process (its reader is
+    native code a foreign file could crash); provenance from the ``unframe`` rt_info."""
+    from unframe import sandbox
+    from unframe.converters.backends.openvino.describe import READ_TIMEOUT, SANDBOX, describe_ir, preload
+
+    info = sandbox.call(SANDBOX, describe_ir, path, what=f"OpenVINO on {path.name}", timeout=READ_TIMEOUT,
+                        preload=preload, hint="the IR is malformed; convert it again")
+    prov, rest = _split_metadata(info.pop("rt_info"))
+    info.update(metadata=rest, provenance=prov, parity=_parity(prov))
+    return info
+
+
+def _render_openvino(info: dict[str, Any], console: Any) -> None:
+    weights = ", ".join(f"{k} {_bytes(v)}" for k, v in (info.get("weights") or {}).items()) or "none"
+    console.print(f"IR version {info['ir_version']}, model {info['name']!r}; constants: {weights}", markup=False)
+
+
+# ----------------------------------------------------------------------------------- litert --
+def _describe_tflite(path: Path) -> dict[str, Any]:
+    """A LiteRT flatbuffer, read in Python (the interpreter is never built): I/O of the main
+    subgraph, ops, signatures, metadata entries and unframe's provenance among them."""
+    from unframe.converters.backends.litert import flatbuf
+
+    info = flatbuf.describe(flatbuf.read_file(path), str(path))
+    texts = {}
+    for name, raw in info.pop("metadata").items():
+        text = raw.rstrip(b"\0").decode("utf-8", errors="replace")
+        texts[name] = text if text.isprintable() else f"<{len(raw)} bytes>"
+    prov, rest = _split_metadata(texts)
+    return {"path": str(path), "kind": "tflite", "file_bytes": path.stat().st_size, **info,
+            "nodes": sum(info["ops"].values()), "metadata": rest, "provenance": prov, "parity": _parity(prov)}
+
+
+def _render_tflite(info: dict[str, Any], console: Any) -> None:
+    console.print(f"LiteRT (TFLite) model, schema version {info['schema_version']}, {info['subgraphs']} "
+                  f"subgraph(s), weights {_bytes(info['weights_bytes'])}"
+                  + (f"; {info['description']}" if info.get("description") else ""), markup=False)
+    for s in info.get("signatures") or []:
+        console.print(f"signature {s['key']!r}: ({', '.join(s['inputs'])}) -> ({', '.join(s['outputs'])})",
+                      markup=False)
+
+
+# ------------------------------------------------------------------------------- executorch --
+def _describe_pte(path: Path) -> dict[str, Any]:
+    """An ExecuTorch program: header and sha256 read here, the rest from its sidecar
+    (``converters.backends.executorch.describe``); ExecuTorch itself only reads a program that
+    has no sidecar, in a child process."""
+    from unframe.converters.backends.executorch.describe import describe_pte
+
+    info = describe_pte(path)
+    raw = info["provenance"]
+    info["provenance"] = provenance_from_metadata(raw, bare=raw) if isinstance(raw, dict) else {}
+    info["parity"] = _parity(info["provenance"])
+    return info
+
+
+def _render_pte(info: dict[str, Any], console: Any) -> None:
+    header = info["header"]
+    console.print(f"ExecuTorch program {header['identifier']}: {_bytes(header['program_bytes'])} of program, "
+                  f"{_bytes(header['segment_bytes'])} of weight segments; sha256 {info['program_sha256']}",
+                  markup=False)
+    if info["sidecar_status"] != "ok":
+        console.print(f"sidecar {info['sidecar']} is {info['sidecar_status']}: "
+                      + (info.get("io_note") or "versions, bounds and provenance are unknown"),
+                      markup=False, style="yellow")
+        return
+    match = info["sha256_match"]
+    if match is False:
+        console.print("sha256 does NOT match the sidecar's: the program was replaced or corrupted "
+                      "after it was written", style="bold red")
+    elif match:
+        console.print("sha256 matches the sidecar", style="green")
+    console.print(f"ExecuTorch {info.get('executorch_version') or '?'}, torch {info.get('torch_version') or '?'}, "
+                  f"precision {info.get('precision') or '?'}, method {info.get('method') or '?'}", markup=False)
+    d = info.get("delegation") or {}
+    if d:
+        portable = ", ".join(f"{op} x{n}" for op, n in (d.get("portable_ops") or {}).items()) or "none"
+        console.print(f"{d.get('backend', '?')}: {d.get('delegated_nodes', '?')} operator nodes in "
+                      f"{d.get('subgraphs', '?')} subgraphs; portable kernels: {portable}", markup=False)
+
+
 # ----------------------------------------------------------------------------------- engine --
 # TensorRT DataType names -> ONNX's, so that every kind's I/O reads the same
 _TRT_DTYPES = {"FLOAT": "float", "HALF": "float16", "BF16": "bfloat16", "INT8": "int8", "INT32": "int32",
@@ -442,7 +534,7 @@ def render(info: dict[str, Any], console: Any) -> None:
 
     kind = info.get("kind", "onnx")
     label = {"onnx": "ONNX model", "mlpackage": "CoreML package", "mlmodel": "CoreML model",
-             "engine": "TensorRT engine"}.get(kind, kind)
+             "engine": "TensorRT engine", "openvino": "OpenVINO IR"}.get(kind, kind)
     console.print(f"[bold]{escape(info['path'])}[/] ({label}, {_bytes(info['file_bytes'])})")
     if kind == "onnx":
         _render_onnx(info, console)
@@ -450,6 +542,12 @@ def render(info: dict[str, Any], console: Any) -> None:
         _render_coreml(info, console)
     elif kind == "engine":
         _render_engine(info, console)
+    elif kind == "tflite":
+        _render_tflite(info, console)
+    elif kind == "openvino":
+        _render_openvino(info, console)
+    elif kind == "pte":
+        _render_pte(info, console)
     _io_tables(info, console)
     if info.get("ops"):
         n = info.get("nodes", sum(info["ops"].values()))

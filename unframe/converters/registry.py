@@ -27,6 +27,9 @@ BACKENDS: Registry[Backend] = Registry(
         "unframe.converters.backends.onnx",
         "unframe.converters.backends.coreml.backend",
         "unframe.converters.backends.tensorrt.backend",
+        "unframe.converters.backends.openvino.backend",
+        "unframe.converters.backends.litert.backend",
+        "unframe.converters.backends.executorch.backend",
     ],
     coerce=lambda obj: instance(obj),
 )

@@ -1,0 +1,236 @@
+"""The OpenVINO backend: ONNX (opset 21) -> OpenVINO IR (``model.xml`` + ``model.bin``).
+
+OpenVINO's own converter does the work (``openvino.convert_model`` on the ONNX file, then
+``openvino.save_model``); unframe adds what it doesn't: every blocker before any work (its ONNX
+frontend's refusal and the CPU plugin's ``query_model``, ``importer.py``), input shapes as
+partial shapes from the options (``shapes.py``), the artifact checked by running it here on the
+CPU plugin (``runner.py``), and provenance in the IR's ``rt_info`` under ``unframe``.
+
+Target options: ``precision`` ("fp16", the default as OpenVINO's own: weights stored as float16;
+"fp32" keeps them float32), ``static`` with ``sample_shapes`` (every dynamic dim at the sample's
+size), ``dims`` ([(dim name or input:axis, min, max)]: bounded dims).
+
+Direct routes from torch and TF/Keras, without ONNX, are in ``direct.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import weakref
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from unframe.converters.base import Artifact, Backend, RunnerUnavailable, Target
+from unframe.converters.registry import register_backend
+from unframe.errors import Blocker, UnsupportedError, UsageError
+from unframe.validate.runner import Runner
+from unframe.validate.tolerances import Tolerance
+
+if TYPE_CHECKING:
+    import onnx_ir as ir
+
+    from unframe.converters.backends.openvino.importer import Imported
+
+CANONICAL_OPSET = 21
+PRECISIONS = ("fp16", "fp32")
+DEFAULT_PRECISION = "fp16"  # OpenVINO's own default (save_model's compress_to_fp16=True)
+# fp16 weights, float32 compute: each weight off by up to 2**-11 of itself; an output's error
+# follows the values summed into it, so it is held to the output's scale (validate.tolerances)
+FP16_WEIGHTS = (1e-2, 1e-2)
+RT_INFO_ROOT = "unframe"
+# A check and the convert after it import once (weak keys: a model that is gone takes it along).
+_IMPORTS: weakref.WeakKeyDictionary[ir.Model, Imported] = weakref.WeakKeyDictionary()
+
+
+@register_backend
+class OpenVINOBackend(Backend):
+    name = "openvino"
+    extra = "openvino"
+    requires = ("openvino",)
+    packages = "openvino"
+    description = "OpenVINO IR (.xml + .bin), checked by running it on OpenVINO's CPU plugin"
+    suffixes = (".xml",)
+    canonical_opset = CANONICAL_OPSET
+    tensor_only = True  # no strings; ai.onnx.ml ops are lowered (checked) rather than left to it
+    option_names = ("precision", "static", "dims", "sample_shapes")
+
+    def distributions(self) -> tuple[str, ...]:
+        return ("openvino",)
+
+    # -- check --------------------------------------------------------------------------------
+    def check(self, model: ir.Model, target: Target) -> list[Blocker]:
+        return self.check_with_notes(model, target)[0]
+
+    def check_with_notes(self, model: ir.Model, target: Target) -> tuple[list[Blocker], list[str]]:
+        """The import ``convert`` runs (OpenVINO's ONNX frontend, then the CPU plugin's
+        ``query_model``), kept for the convert that follows, plus the options' blockers."""
+        options = option_blockers(model, target)
+        if self.missing():
+            return options, ["openvino is not installed: only the options were checked"]
+        imported = self._import(model)
+        notes = [] if imported.blockers else ["OpenVINO's ONNX frontend converted every node and its "
+                                              "CPU plugin takes every op (query_model)"]
+        return imported.blockers + options, notes
+
+    def _import(self, model: ir.Model) -> Imported:
+        from unframe import io
+        from unframe.converters.backends.openvino.importer import import_onnx
+
+        cached = _IMPORTS.get(model)
+        if cached is not None:
+            return cached
+        with io.tool_file(model) as path:
+            imported = import_onnx(model, path)
+        _IMPORTS[model] = imported
+        return imported
+
+    # -- convert ------------------------------------------------------------------------------
+    def convert(self, model: ir.Model, target: Target, workdir: Path) -> Artifact:
+        from unframe.converters.backends.openvino.shapes import apply_shapes, plan_shapes
+        from unframe.converters.backends.openvino.weights import kept_constants
+
+        self.ensure_available()
+        precision = _precision(target)
+        imported = self._import(model)
+        _IMPORTS.pop(model, None)  # the converted model is changed below: a retry imports again
+        blockers = imported.blockers + option_blockers(model, target)
+        if blockers:
+            raise UnsupportedError(f"the model can't be converted to OpenVINO IR ({len(blockers)} "
+                                   "blockers)", "run `unframe check --to openvino` for the list",
+                                   blockers=blockers)
+        converted = imported.model
+        notes = apply_shapes(converted, plan_shapes(model, target.options))
+        kept = kept_constants(model, converted) if precision == "fp16" else set()
+        outputs = [{"name": v.name, "dtype": _np_name(v.dtype)} for v in model.graph.outputs]
+        return finish(converted, target, Path(workdir), outputs, notes, kept)
+
+    # -- run ----------------------------------------------------------------------------------
+    def runner(self, artifact: Artifact, target: Target) -> Runner:
+        from unframe.converters.backends.openvino.runner import OpenVINORunner
+
+        if self.missing():
+            raise RunnerUnavailable("openvino is not installed")
+        if artifact.path is None:
+            raise RunnerUnavailable("the OpenVINO IR was not written to disk")
+        io_record = json.loads(artifact.metadata.get("unframe.io", "{}") or "{}")
+        return OpenVINORunner(artifact.path, io_record.get("outputs"))
+
+    def probe(self, model: ir.Model, target: Target) -> Any:
+        """For the divergence locator: the IR built again with ``names`` marked as graph outputs,
+        run on ``feeds`` (OpenVINO fuses across a value unless it is an output)."""
+        if self.missing():
+            return None
+
+        def run(names: list[str], feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+            import tempfile
+
+            marked = model.clone()
+            produced = {v.name: v for node in marked.graph for v in node.outputs if v.name}
+            present = {v.name for v in marked.graph.outputs}
+            marked.graph.outputs.extend(produced[n] for n in names if n in produced and n not in present)
+            with tempfile.TemporaryDirectory(prefix="unframe-ov-probe-") as tmp:
+                runner = self.runner(self.convert(marked, target, Path(tmp)), target)
+                try:
+                    return runner.run(feeds)
+                finally:
+                    runner.close()
+
+        return run
+
+    def compute_precision(self, target: Target) -> str:
+        return "fp16" if _precision(target) == "fp16" else "fp32"
+
+    def tolerance(self, dtype: np.dtype, target: Target) -> Tolerance | None:
+        if _precision(target) == "fp16" and np.dtype(dtype).kind == "f":
+            return Tolerance(*FP16_WEIGHTS, of_scale=True)
+        return None
+
+    # -- provenance and writing -----------------------------------------------------------------
+    def stamp(self, artifact: Artifact, provenance: dict[str, str]) -> None:
+        artifact.metadata.update({k: _text(v) for k, v in provenance.items()})
+        set_rt_info(artifact.model, artifact.metadata)
+
+    def write(self, artifact: Artifact, path: Path) -> list[Path]:
+        from unframe.converters.backends.openvino.runtime import import_openvino, quiet_openvino
+
+        path = Path(path)
+        if path.suffix.lower() != ".xml":
+            raise UsageError(f"OpenVINO output {path} must end in .xml (its weights go beside it "
+                             "in .bin)", "use -o model.xml")
+        ov = import_openvino()
+        with quiet_openvino():
+            # the weights are as converted (fp16 already where compressed): saved as they are
+            ov.save_model(artifact.model, str(path), compress_to_fp16=False)
+        return [path, path.with_suffix(".bin")]
+
+    def placed(self, artifact: Artifact, written: list[Path]) -> None:
+        artifact.path = next((p for p in written if p.suffix == ".xml"), artifact.path)
+
+
+def finish(converted: Any, target: Target, workdir: Path, outputs: list[dict[str, Any]],
+           notes: list[str], kept: set[str] = frozenset()) -> Artifact:  # type: ignore[assignment]
+    """The artifact of a converted ``openvino.Model`` (any route): saved under ``workdir`` at the
+    target's precision and read back, so parity runs the IR that is written."""
+    from unframe.converters.backends.openvino.runner import read_ir
+    from unframe.converters.backends.openvino.weights import save_ir, weight_precisions
+
+    precision = _precision(target)
+    xml = workdir / "model.xml"
+    marked = save_ir(converted, xml, precision, kept)
+    saved = read_ir(xml)
+    weights = weight_precisions(saved)
+    meta = {"unframe.precision": precision,
+            "unframe.io": json.dumps({"outputs": outputs}, sort_keys=True),
+            "unframe.weights": json.dumps(weights, sort_keys=True)}
+    notes = list(notes)
+    if precision == "fp16":
+        notes.append("weights stored as fp16 (OpenVINO's default compression; --precision fp32 keeps "
+                     "fp32); parity ran them with INFERENCE_PRECISION_HINT f32"
+                     + (f"; {marked} weight(s) of nodes kept in float32 stay fp32" if marked else ""))
+    artifact = Artifact(kind="openvino", model=saved, path=xml, metadata=meta, notes=notes)
+    set_rt_info(saved, meta)
+    return artifact
+
+
+def set_rt_info(model: Any, metadata: dict[str, Any]) -> None:
+    """``metadata`` into the model's rt_info under ``unframe`` (``unframe.x`` keys as ``x``)."""
+    for key, value in metadata.items():
+        leaf = key[len(RT_INFO_ROOT) + 1:] if key.startswith(RT_INFO_ROOT + ".") else key
+        model.set_rt_info(_text(value), [RT_INFO_ROOT, leaf])
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
+
+
+def _precision(target: Target) -> str:
+    precision = str(target.get("precision", DEFAULT_PRECISION)).lower()
+    if precision not in PRECISIONS:
+        raise UsageError(f"OpenVINO IR weights are fp16 or fp32, not {precision!r}",
+                         "use --precision fp16 (the default) or fp32")
+    return precision
+
+
+def option_blockers(model: ir.Model, target: Target) -> list[Blocker]:
+    from unframe.converters.backends.openvino.shapes import dim_blockers
+
+    out = dim_blockers(model, target.options)
+    precision = str(target.get("precision", DEFAULT_PRECISION)).lower()
+    if precision not in PRECISIONS:
+        out.append(Blocker("*", f"precision {precision!r}: OpenVINO IR weights are fp16 or fp32",
+                           hint="use --precision fp16 (the default) or fp32"))
+    return out
+
+
+def _np_name(dtype: Any) -> str | None:
+    if dtype is None:
+        return None
+    try:
+        return np.dtype(dtype.numpy()).name
+    except (TypeError, ValueError, AttributeError):
+        return None
+
+
+__all__ = ["CANONICAL_OPSET", "OpenVINOBackend", "finish", "set_rt_info"]

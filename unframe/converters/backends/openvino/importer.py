@@ -1,0 +1,129 @@
+"""ONNX -> ``openvino.Model`` through OpenVINO's own converter, and every reason it can't be.
+
+``import_onnx`` is the one place the ONNX route meets OpenVINO, for ``check`` and ``convert``
+alike, so they can't disagree. Its blockers come from two places:
+
+* the ONNX frontend's refusal (``ov.convert_model`` raises ``OpConversionFailure`` with a summary:
+  "No conversion rule found for operations: Bernoulli-21, my.dom.Foo" and "Conversion is failed
+  for: ..." with a message per op type): one blocker per node of those types in the graph, and
+  any other error of the converter (a shape it can't infer) as one blocker for the model;
+* the CPU plugin's ``Core().query_model``: the converted ops it does not take.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import onnx_ir as ir
+
+from unframe.converters.backends.openvino.runtime import core, first_line, import_openvino, quiet_openvino
+from unframe.errors import Blocker
+
+DEVICE = "CPU"
+NO_RULE = "-- No conversion rule found for operations:"
+FAILED = "-- Conversion is failed for:"
+HINT_NO_RULE = "OpenVINO's ONNX frontend has no conversion for this op"
+# ops of the converted model that query_model never lists: they hold no computation
+STRUCTURAL = frozenset({"Parameter", "Result", "Constant"})
+
+
+@dataclass
+class Imported:
+    """What OpenVINO made of an ONNX graph: the model (None when it refused) and the blockers."""
+
+    model: Any
+    blockers: list[Blocker] = field(default_factory=list)
+    seconds: float = 0.0  # ov.convert_model's own time
+
+
+def import_onnx(model: ir.Model, path: Path) -> Imported:
+    """``path`` holds ``model`` as ONNX (``io.tool_file``): OpenVINO reads it by path, external
+    data included. The model is converted whole, then asked of the CPU plugin."""
+    import time
+
+    ov = import_openvino()
+    start = time.perf_counter()
+    try:
+        with quiet_openvino():
+            converted = ov.convert_model(str(path))
+    except Exception as exc:  # OpConversionFailure, GeneralFailure, shape inference errors
+        return Imported(None, frontend_blockers(model, exc))
+    seconds = time.perf_counter() - start
+    return Imported(converted, plugin_blockers(converted), seconds)
+
+
+def frontend_blockers(model: ir.Model, exc: BaseException) -> list[Blocker]:
+    """The frontend's refusal as blockers: per node for the op types its summary names."""
+    text = str(exc)
+    detail = _failure_details(text)
+    out: list[Blocker] = []
+    for line in text.splitlines():
+        line = line.strip()
+        for prefix, reason in ((NO_RULE, HINT_NO_RULE), (FAILED, "")):
+            if not line.startswith(prefix):
+                continue
+            for name in (n.strip() for n in line[len(prefix):].split(",") if n.strip()):
+                why = reason or f"OpenVINO's ONNX frontend failed on it: {detail.get(name, 'no message')}"
+                out.extend(_node_blockers(model, name, why))
+    if not out:
+        out.append(Blocker("*", f"OpenVINO's converter refused the model: {first_line(exc)}",
+                           hint="report it with the model; OpenVINO's own error, not a missing op"))
+    return out
+
+
+def _failure_details(text: str) -> dict[str, str]:
+    """'-- Op with a message:\\n<message>' sections of the frontend's detailed log."""
+    out: dict[str, str] = {}
+    for match in re.finditer(r"^-- (\S+) with a message:\n(.*?)(?=^-- |^Summary:|\Z)", text, re.M | re.S):
+        lines = [ln.strip() for ln in match.group(2).splitlines() if ln.strip()]
+        useful = [ln for ln in lines if not ln.startswith(("Check ", "Exception from", "FrontEnd API"))]
+        out[match.group(1)] = " ".join((useful or lines or ["?"])[-1].split())[:300]
+    return out
+
+
+def _node_blockers(model: ir.Model, name: str, reason: str) -> list[Blocker]:
+    """``name`` as the frontend spells an op: ``Bernoulli-21`` (default domain, opset) or
+    ``my.domain.Foo``; one blocker per graph node of that type (subgraphs included)."""
+    domain, op = _split_op(name)
+    nodes = [n for n in ir.traversal.RecursiveGraphIterator(model.graph)
+             if n.op_type == op and (n.domain or "") in _domains(domain)]
+    hint = "" if reason != HINT_NO_RULE else "see docs/support.md; lower or replace the op in the model"
+    if not nodes:
+        return [Blocker(op, reason, domain=domain, hint=hint)]
+    return [Blocker(op, reason, n.name or "", n.domain or "", hint) for n in nodes]
+
+
+def _split_op(name: str) -> tuple[str, str]:
+    versioned = re.fullmatch(r"(.+)-(\d+)", name)
+    if versioned:
+        return "", versioned.group(1)
+    domain, dot, op = name.rpartition(".")
+    return (domain, op) if dot else ("", name)
+
+
+def _domains(domain: str) -> tuple[str, ...]:
+    return ("", "ai.onnx") if domain in ("", "ai.onnx") else (domain,)
+
+
+def plugin_blockers(converted: Any) -> list[Blocker]:
+    """Ops of the converted model the CPU plugin does not take (``query_model``)."""
+    with quiet_openvino():
+        try:
+            supported = core().query_model(converted, DEVICE)
+        except Exception as exc:  # the plugin refuses the model as a whole
+            return [Blocker("*", f"OpenVINO's {DEVICE} plugin refused the model: {first_line(exc)}")]
+    out = []
+    for op in converted.get_ordered_ops():
+        if op.get_type_name() in STRUCTURAL or op.get_friendly_name() in supported:
+            continue
+        out.append(Blocker(op.get_type_name(), f"OpenVINO's {DEVICE} plugin does not support this "
+                           f"{op.get_type_name()} (opset {op.get_type_info().version_id})",
+                           op.get_friendly_name(), "openvino",
+                           "the op converted but no CPU kernel takes it as it is"))
+    return out
+
+
+__all__ = ["DEVICE", "Imported", "frontend_blockers", "import_onnx", "plugin_blockers"]
