@@ -27,13 +27,22 @@ ALIASES = {
 }
 
 
+# Words that name a source format with --from but a backend with --to (--from tflite reads a .tflite)
+TARGET_ALIASES = {"tflite": "litert"}
+
+
 def canonical_name(name: str) -> str:
     key = name.strip().lower()
     return ALIASES.get(key, key)
 
 
+def canonical_target(name: str) -> str:
+    key = name.strip().lower()
+    return TARGET_ALIASES.get(key) or canonical_name(key)
+
+
 def get_backend(to: str) -> Backend:
-    name = canonical_name(to)
+    name = canonical_target(to)
     if name not in BACKENDS:
         raise UsageError(f"unknown target {to!r}", f"choose one of: {', '.join(map(str, BACKENDS.keys()))}")
     return BACKENDS.get(name)
@@ -143,7 +152,7 @@ def parse_targets(to: str | list[str] | tuple[str, ...]) -> list[str]:
         raise UsageError("no target given", f"use --to with one or more of: {_backend_list()}")
     out: list[str] = []
     for raw in names:
-        name = canonical_name(str(raw))
+        name = canonical_target(str(raw))
         if name == "all":
             chosen = [n for n, be in BACKENDS.items() if be.available()]
         elif name in BACKENDS:
