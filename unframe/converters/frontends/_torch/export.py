@@ -244,9 +244,8 @@ def _user_frame(chain: list[BaseException]) -> str:
     user's forward raised under the tracer carries no stack in its message)."""
     import traceback
 
-    import unframe
-
-    ours = os.path.dirname(os.path.abspath(unframe.__file__))
+    # unframe's own folder (this file is unframe/converters/frontends/_torch/export.py)
+    ours = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     for exc in reversed(chain):
         frames = [f for f in traceback.extract_tb(exc.__traceback__)
                   if "site-packages" not in f.filename and not f.filename.startswith(ours)
