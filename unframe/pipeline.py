@@ -227,10 +227,11 @@ class Stage:
         timed with the parity after it, not as the stage's own work."""
         return 0.0
 
-    def locate_plan(self, flow: Flow, tolerance: float) -> Any:
+    def locate_plan(self, flow: Flow, tolerance: float, candidate: Runner | None = None) -> Any:
         """A ``unframe.locate.LocatePlan`` for the divergence locator when this stage's parity
-        fails: the graph both sides share, a tap (or probe) into each, how to rerun this stage on
-        a small cut of the graph; None when nothing can look inside one side here."""
+        fails (``candidate``: the runner that failed it): the graph both sides share, a tap (or
+        probe) into each, how to rerun this stage on a small cut of the graph; None when nothing
+        can look inside one side here."""
         return None
 
     def compare_options(self, flow: Flow) -> dict[str, Any]:
@@ -338,11 +339,12 @@ class ExportStage(Stage):
             return None
         return candidate
 
-    def locate_plan(self, flow: Flow, tolerance: float) -> Any:
+    def locate_plan(self, flow: Flow, tolerance: float, candidate: Runner | None = None) -> Any:
         from unframe.locate import LocatePlan
-        from unframe.locate.taps import OnnxTap
+        from unframe.locate.repro import run_on_onnxruntime
+        from unframe.locate.taps import OnnxTap, source_tap
 
-        source = self.frontend.tap(flow.native, flow.export)
+        source = source_tap(self.frontend, flow.native, flow.export)
         if source is None:
             return None
         return LocatePlan(flow.model, source, OnnxTap(flow.model), reproduce=run_on_onnxruntime,
@@ -385,7 +387,7 @@ class OpsetStage(Stage):
         if flow.validate:
             flow.candidate = onnx_runner_of(model)
 
-    def locate_plan(self, flow: Flow, tolerance: float) -> Any:
+    def locate_plan(self, flow: Flow, tolerance: float, candidate: Runner | None = None) -> Any:
         from unframe.locate import LocatePlan
         from unframe.locate.taps import OnnxTap
 
@@ -394,6 +396,7 @@ class OpsetStage(Stage):
 
         def reproduce(cut: ir.Model, feeds: dict[str, Any]) -> dict[str, Any]:
             from unframe import version_converter
+            from unframe.locate.repro import run_on_onnxruntime
 
             version_converter.convert_opset(cut, self.target)
             return run_on_onnxruntime(cut, feeds)
@@ -539,13 +542,13 @@ class BackendStage(Stage):
         except RunnerUnavailable as why:
             flow.candidate = Unavailable(be.name, str(why))
 
-    def locate_plan(self, flow: Flow, tolerance: float) -> Any:
+    def locate_plan(self, flow: Flow, tolerance: float, candidate: Runner | None = None) -> Any:
         from unframe.locate import LocatePlan
         from unframe.locate.locator import backend_reproducer
-        from unframe.locate.taps import OnnxTap
+        from unframe.locate.taps import OnnxTap, runner_tap
 
         be, tgt = self.backend, self.target
-        tap = be.tap(flow.artifact, tgt)
+        tap = runner_tap(candidate)  # the locator sees the runner, not the backend
         probe = be.probe(flow.model, tgt) if tap is None else None
         if tap is None and probe is None:
             return None
@@ -679,7 +682,7 @@ class ParityStage(Stage):
         if result and degenerate and not flow.redrawn:
             result = self._redraw(flow, ref, candidate, result)
         if not result and flow.settings.locate and not result.run_failure:
-            flow.divergence = locate_failure(self.checks, flow, result)
+            flow.divergence = locate_failure(self.checks, flow, result, candidate)
         if result:
             self._generate(flow, ref, candidate, result)
         flow.record(result)
@@ -768,13 +771,14 @@ class ParityStage(Stage):
         return weak
 
 
-def locate_failure(stage: Stage, flow: Flow, failed: StageParity) -> Any:
+def locate_failure(stage: Stage, flow: Flow, failed: StageParity, candidate: Runner | None = None) -> Any:
     """Run the divergence locator for a failed stage, within its time cap. Never raises: a locator
     that can't run says why in the Divergence (None when the stage offers nothing to look into)."""
     from unframe.locate import Divergence, locate
+    from unframe.locate.locator import stage_tolerance
 
     try:
-        plan = stage.locate_plan(flow, stage_tolerance(failed))
+        plan = stage.locate_plan(flow, stage_tolerance(failed), candidate)
     except Exception as exc:  # a tap that can't be built here: the parity failure still stands
         return Divergence(stage.kind, status="unavailable",
                           reason=f"could not look inside the stage: {type(exc).__name__}: {exc}")
@@ -785,21 +789,11 @@ def locate_failure(stage: Stage, flow: Flow, failed: StageParity) -> Any:
                   seconds=flow.settings.locate_seconds)
 
 
-def stage_tolerance(failed: StageParity) -> float:
-    """The failed stage's tolerance relative to a value's scale: the loosest rtol of its outputs
-    (the locator compares intermediates at the precision the stage was held to)."""
-    return max((o.rtol for o in failed.outputs), default=1e-3) or 1e-3
-
-
 def source_namer(flow: Flow) -> Callable[[Any], str]:
-    """node -> where in the user's model it comes from (the frontend knows its own)."""
-    return lambda node: flow.frontend.source_of(flow.native, node)
+    """node -> where in the user's model it comes from (``unframe.locate.taps.source_namer``)."""
+    from unframe.locate.taps import source_namer as namer
 
-
-def run_on_onnxruntime(model: ir.Model, feeds: dict[str, Any]) -> dict[str, Any]:
-    from unframe.validate.onnxruntime import onnx_runner
-
-    return onnx_runner(model).run(feeds)
+    return namer(flow.frontend, flow.native)
 
 
 # backend options that name the model's own inputs or outputs (not a cut's)

@@ -29,7 +29,7 @@ from unframe.errors import ParityError
 from unframe.locate import LocatePlan, locate
 from unframe.locate.bisect import layer_boundaries
 from unframe.locate.search import diff
-from unframe.locate.taps import OnnxTap
+from unframe.validate.intermediates import OnnxTap
 
 F = TensorProto.FLOAT
 RNG = np.random.default_rng(7)

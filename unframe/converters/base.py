@@ -6,6 +6,9 @@ canonical opset into an artifact (an ONNX file, a CoreML package, a TensorRT eng
 blocker before doing any work, and provides a runner for the artifact when this machine can run it.
 
 Frameworks are imported inside methods, never at module import: ``import unframe`` stays cheap.
+Nothing here knows the divergence locator: a frontend states where a node comes from as data on
+the node (``SKLEARN_STEP``, the exporters' own metadata), and ``unframe.locate.taps`` maps
+frontends and runners to their taps.
 """
 
 from __future__ import annotations
@@ -27,6 +30,11 @@ if TYPE_CHECKING:
     import onnx_ir as ir
 
 Feeds = dict[str, np.ndarray]
+
+# Node origins as data: metadata the scikit-learn frontend writes on the nodes it exports, naming
+# the estimator each comes from (the locator reads them back: ``unframe.locate.origin``)
+SKLEARN_STEP = "unframe.sklearn.step"  # "pipeline step 'scale' (StandardScaler)"
+SKLEARN_PATH = "unframe.sklearn.path"  # "scale", "preprocess/num/scale": the step's place
 
 
 @dataclass
@@ -207,19 +215,6 @@ class Frontend(_Component):
         framework can't (the default)."""
         return None
 
-    def tap(self, native: Any, export: ExportResult) -> Any:
-        """A tap (``unframe.locate.taps.Tap``) giving the source framework's intermediate values
-        under the ONNX names they became, for the divergence locator; None when it has none."""
-        return None
-
-    def source_of(self, native: Any, node: Any) -> str:
-        """Where in the user's model an exported ONNX node comes from ("conv2 (Conv2d) at
-        model.py:30", "layer 'dense_1' (Dense)", "pipeline step 'scaler'"); "" when unknown.
-        By default, from what the exporter wrote on the node (``unframe.locate.origin``)."""
-        from unframe.locate.origin import node_origin
-
-        return node_origin(node)
-
     def describe(self, native: Any) -> str:
         return type(native).__name__
 
@@ -289,16 +284,15 @@ class Backend(_Component):
         under ``workdir``; others may keep it in memory."""
 
     def runner(self, artifact: Artifact, target: Target) -> Runner:
-        """A runner of the artifact; raise RunnerUnavailable(reason) when this machine can't."""
+        """A runner of the artifact; raise RunnerUnavailable(reason) when this machine can't.
+        A runner that can read the values inside the artifact implements
+        ``unframe.validate.intermediates.ReadsIntermediates``: the divergence locator then looks
+        inside it (the locator sees runners, not backends)."""
         raise RunnerUnavailable(f"the {self.name} backend has no runner")
 
-    def tap(self, artifact: Artifact, target: Target) -> Any:
-        """A tap giving the artifact's intermediate values under ONNX names, for the divergence
-        locator; None when this machine can't (e.g. no GPU) or the backend has none."""
-        return None
-
     def probe(self, model: ir.Model, target: Target) -> Any:
-        """For a runtime whose intermediates can only be seen by rebuilding it with extra outputs:
+        """For a runtime whose intermediates can only be seen by rebuilding it with extra outputs
+        (its runner doesn't read them):
         ``(names, feeds) -> values`` building and running the artifact with ``names`` marked as
         outputs; None when this machine can't run it (the locator then bisects with it)."""
         return None

@@ -2,7 +2,8 @@
 intermediates can be seen here, and the ONNX graph when it is one.
 
 - ``.onnx``: onnxruntime (``OnnxTap`` for the intermediates); the graph is the file.
-- ``.mlpackage``: the MIL evaluator (``MilTap`` through the package's recorded value map).
+- ``.mlpackage``: the MIL evaluator (the CoreML runner reads the intermediates through the
+  package's recorded value map; ``taps.runner_tap``).
 - ``.engine`` / ``.plan``: the TensorRT engine on a CUDA device; its intermediates need its
   ONNX graph to rebuild from, so ``compare A.onnx B.engine --intermediates`` bisects on a GPU.
 """
@@ -74,7 +75,7 @@ def open_artifact(path: str | Path) -> Opened:
 
 def _onnx(path: Path) -> Opened:
     from unframe import io
-    from unframe.locate.taps import OnnxTap
+    from unframe.validate.intermediates import OnnxTap
     from unframe.validate.onnxruntime import onnx_runner
 
     model = io.load_model(path)
@@ -82,23 +83,13 @@ def _onnx(path: Path) -> Opened:
 
 
 def _coreml(path: Path) -> Opened:
-    from unframe.converters.backends.coreml.backend import CoreMLRunner
-    from unframe.converters.backends.coreml.mil_eval import MILRunner
-    from unframe.locate.taps import MilTap
+    from unframe.converters.backends.coreml.runner import open_package, user_metadata
+    from unframe.locate.taps import runner_tap
 
-    tap = MilTap(path)
-    inner = tap.inner if isinstance(tap.inner, MILRunner) else MILRunner(path)
-    runner = CoreMLRunner(inner, tap.io) if tap.io else inner
-    meta = _coreml_metadata(path)
+    runner = open_package(path)
+    meta = user_metadata(path)
     options = {"precision": meta.get("unframe.precision", "fp16"), "target": meta.get("unframe.target")}
-    return Opened(path, "coreml", runner, None, tap, {k: v for k, v in options.items() if v})
-
-
-def _coreml_metadata(path: Path) -> dict[str, str]:
-    from unframe.converters.backends.coreml.mil_eval._ct import import_coremltools
-
-    ct = import_coremltools()
-    return dict(ct.models.MLModel(str(path), skip_model_load=True).user_defined_metadata)
+    return Opened(path, "coreml", runner, None, runner_tap(runner), {k: v for k, v in options.items() if v})
 
 
 def _engine(path: Path) -> Opened:

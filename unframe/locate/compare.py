@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from unframe.locate.artifacts import Opened, describe, open_artifact
-from unframe.locate.locator import LocatePlan, backend_reproducer, locate
+from unframe.locate.locator import LocatePlan, backend_reproducer, locate, stage_tolerance
 from unframe.locate.search import Divergence
 
 if TYPE_CHECKING:
@@ -53,7 +53,6 @@ def compare_artifacts(a: str | Path, b: str | Path, *, feeds: list[dict[str, Any
 def _compare_artifacts(a: str | Path, b: str | Path, feeds: list[dict[str, Any]] | None, atol: Any,
                        rtol: Any, intermediates: bool, debug_dir: str | Path | None, seconds: float
                        ) -> CompareResult:
-    from unframe.pipeline import stage_tolerance
     from unframe.validate.compare import compare
 
     ref, cand = open_artifact(a), open_artifact(b)
@@ -109,7 +108,7 @@ def _plan(ref: Opened, cand: Opened, tolerance: float) -> LocatePlan | None:
     """Walk the candidate's graph when it is ONNX (a cut of it reruns on onnxruntime), else the
     reference's (a cut is rebuilt for the candidate's backend)."""
     from unframe.locate.origin import node_origin
-    from unframe.pipeline import run_on_onnxruntime
+    from unframe.locate.repro import run_on_onnxruntime
 
     if cand.graph is not None:
         return LocatePlan(cand.graph, ref.tap, cand.tap, reproduce=run_on_onnxruntime,

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
     from unframe.locate.repro import Reproduce
     from unframe.locate.taps import Tap
+    from unframe.validate.compare import StageParity
 
 
 @dataclass
@@ -37,6 +38,12 @@ class LocatePlan:
     reproduce: Reproduce | None = None
     source_of: Callable[[ir.Node], str] | None = None
     tolerance: float = 1e-3
+
+
+def stage_tolerance(failed: StageParity) -> float:
+    """The failed stage's tolerance relative to a value's scale: the loosest rtol of its outputs
+    (the locator compares intermediates at the precision the stage was held to)."""
+    return max((o.rtol for o in failed.outputs), default=1e-3) or 1e-3
 
 
 def locate(plan: LocatePlan, feeds: Sequence[dict[str, Any]], *, stage: str,

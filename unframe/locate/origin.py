@@ -14,8 +14,9 @@ from __future__ import annotations
 
 from typing import Any
 
-SKLEARN_STEP = "unframe.sklearn.step"  # "pipeline step 'scale' (StandardScaler)"
-SKLEARN_PATH = "unframe.sklearn.path"  # "scale", "preprocess/num/scale": the step's place
+from unframe.converters.base import SKLEARN_PATH, SKLEARN_STEP
+
+__all__ = ["SKLEARN_PATH", "SKLEARN_STEP", "node_origin", "sklearn_step"]
 
 
 def node_origin(node: Any) -> str:

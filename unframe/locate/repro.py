@@ -32,6 +32,13 @@ MAX_NODES = 5
 Reproduce = Callable[["ir.Model", dict[str, np.ndarray]], dict[str, np.ndarray]]
 
 
+def run_on_onnxruntime(model: ir.Model, feeds: dict[str, Any]) -> dict[str, Any]:
+    """The ONNX stages' ``Reproduce``: onnxruntime on the cut."""
+    from unframe.validate.onnxruntime import onnx_runner
+
+    return onnx_runner(model).run(feeds)
+
+
 @dataclass
 class Repro:
     model: ir.Model

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from unframe.locate.origin import SKLEARN_PATH
+from unframe.converters.base import SKLEARN_PATH
 
 
 class SklearnTap:

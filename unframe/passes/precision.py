@@ -74,7 +74,7 @@ def overflowing_values(model: ir.Model, precision: str,
     headroom, by name -> that magnitude (inf when already non-finite). bf16 has fp32's range."""
     if precision != "fp16":
         return {}
-    from unframe.locate.taps import OnnxTap
+    from unframe.validate.intermediates import OnnxTap
 
     peaks: dict[str, float] = {}
 

@@ -1,15 +1,16 @@
-"""Taps: one stage's intermediate values, under the ONNX value names they stand for.
+"""Intermediate values: what a runtime computed inside the model, under the ONNX value names.
 
-The locator compares two stages value by value along one ONNX graph, so every runtime it looks
-into must say what it computed *by ONNX name*:
+The divergence locator (``unframe.locate``) compares two stages value by value along one ONNX
+graph, and the precision pass reads the ranges of every value; so every runtime looked into must
+say what it computed *by ONNX name*. Declared here, below the frontends and backends, so that a
+backend offers its intermediates without knowing who reads them:
 
+- ``Tap``: something that gives intermediate values by ONNX value name (``values(feeds, names)``).
+- ``ReadsIntermediates``: the protocol a ``Runner`` implements when it can also read the values
+  inside its model (the CoreML runner, through the MIL evaluator); ``unframe.locate.sources``
+  turns such a runner into a tap.
 - ``OnnxTap``: onnxruntime on a copy of the graph in which every node output of the main graph is
   also a graph output (nothing is fused away across a value that is an output).
-- ``MilTap``: unframe's MIL evaluator on a saved Core ML package, recording every op's output;
-  the translation recorded which MIL var each ONNX value became (``unframe.values`` in the
-  package's metadata), and coremltools' passes that rename a var (``conv_0`` ->
-  ``conv_0_cast_fp16`` under fp16 compute) are undone by suffix.
-- ``TorchTap`` (``torch_tap.py``) and ``KerasTap`` (``keras_tap.py``): the source frameworks.
 
 A tap may give only some values (a fused op has no inner values, a subclassed Keras model has
 only its outputs); the locator compares what both sides give.
@@ -17,10 +18,8 @@ only its outputs); the locator compares what both sides give.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -39,6 +38,22 @@ class Tap(Protocol):
     def values(self, feeds: Feeds, names: Sequence[str] | None = None) -> dict[str, np.ndarray]:
         """The values for ``feeds`` (ONNX input names), keyed by ONNX value name; ``names``:
         only these, where the tap has them."""
+        ...
+
+
+@runtime_checkable
+class ReadsIntermediates(Protocol):
+    """A runner that can also read the values inside its model, by the ONNX value names they
+    stand for (besides ``run``, which gives its outputs)."""
+
+    def intermediate_limitations(self) -> list[str] | None:
+        """What its intermediates leave out ([] when nothing), or None when it can't read them
+        here (a stateful CoreML package: its outputs come through its states, not one call)."""
+        ...
+
+    def intermediates(self, feeds: Feeds, names: Sequence[str] | None = None) -> dict[str, np.ndarray]:
+        """The values for ``feeds``, keyed by ONNX value name (the outputs included); ``names``:
+        only these, where it has them."""
         ...
 
 
@@ -98,75 +113,3 @@ class OnnxTap:
                 probe.graph.outputs.append(by_name[name])
                 have.add(name)
         return OnnxRuntimeRunner(probe, optimization=self._optimization)
-
-
-class MilTap:
-    """The MIL evaluator on a saved ML Program, every op's output recorded and named back to the
-    ONNX value it stands for (inputs and outputs go through the backend's own runner)."""
-
-    # names coremltools' passes give a renamed var, after the var's own name
-    RENAME_SUFFIXES = ("_cast_fp16", "_cast_fp32", "_to_fp16", "_to_fp32")
-
-    def __init__(self, package: str | Path, io: dict[str, Any] | None = None,
-                 values_map: Mapping[str, str] | None = None) -> None:
-        from unframe.converters.backends.coreml.mil_eval import MILRunner
-
-        self.inner = MILRunner(package)
-        self.name = self.inner.name
-        self.limitations: list[str] = []
-        meta = _user_metadata(self.inner.program, package)
-        self.io = io if io is not None else json.loads(meta.get("unframe.io", "{}") or "{}")
-        self.values_map = dict(values_map if values_map is not None else
-                               json.loads(meta.get("unframe.values", "{}") or "{}"))
-        if not self.values_map:
-            self.limitations.append("the package records no MIL name per ONNX value (made by "
-                                    "an older unframe or another tool): only its outputs are tapped")
-
-    def values(self, feeds: Feeds, names: Sequence[str] | None = None) -> dict[str, np.ndarray]:
-        from unframe.converters.backends.coreml.backend import CoreMLRunner
-
-        captured: dict[str, Any] = {}
-        recorder = _Recording(self.inner, captured)
-        outputs = CoreMLRunner(recorder, self.io).run(feeds) if self.io else recorder.run(feeds)
-        by_mil: dict[str, np.ndarray] = {}
-        for mil_name, value in captured.items():
-            if isinstance(value, np.ndarray):
-                by_mil.setdefault(self._base(mil_name), value)
-                by_mil[mil_name] = value
-        wanted = set(names) if names is not None else None
-        out: dict[str, np.ndarray] = {}
-        for onnx_name, mil_name in self.values_map.items():
-            if (wanted is None or onnx_name in wanted) and mil_name in by_mil:
-                out[onnx_name] = by_mil[mil_name]
-        for onnx_name, value in outputs.items():
-            if wanted is None or onnx_name in wanted:
-                out[onnx_name] = value
-        return out
-
-    def _base(self, mil_name: str) -> str:
-        for suffix in self.RENAME_SUFFIXES:
-            if mil_name.endswith(suffix):
-                return mil_name[: -len(suffix)]
-        return mil_name
-
-
-class _Recording:
-    """Runs the MIL program through the evaluator, keeping every top-level op's outputs."""
-
-    def __init__(self, inner: Any, captured: dict[str, Any]) -> None:
-        self.inner = inner
-        self.captured = captured
-        self.name = inner.name
-
-    def run(self, feeds: Feeds) -> dict[str, Any]:
-        from unframe.converters.backends.coreml.mil_eval.evaluator import evaluate
-
-        return evaluate(self.inner.program, dict(feeds), self.inner.function, capture=self.captured)
-
-
-def _user_metadata(program: Any, package: str | Path) -> dict[str, str]:
-    from unframe.converters.backends.coreml.mil_eval._ct import import_coremltools
-
-    ct = import_coremltools()
-    model = ct.models.MLModel(str(package), skip_model_load=True)
-    return dict(model.user_defined_metadata)

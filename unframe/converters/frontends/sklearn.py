@@ -113,11 +113,6 @@ class SklearnFrontend(Frontend):
         return SklearnRunner(native, export.extra["input_plan"], list(methods.values()),
                              list(methods))
 
-    def tap(self, native: Any, export: ExportResult) -> Any:
-        from unframe.locate.sklearn_tap import SklearnTap
-
-        return SklearnTap(native, export) if export.extra.get("methods") else None
-
     def describe(self, native: Any) -> str:
         from unframe.converters.frontends._sklearn.inputs import walk
 

@@ -154,17 +154,6 @@ class TensorflowFrontend(Frontend):
             return make_runner(native, inputs, [v.name for v in export.model.graph.outputs],
                                export.extra.get("nchw_inputs", ()))
 
-    def tap(self, native: Any, export: ExportResult) -> Any:
-        from unframe.locate.keras_tap import KerasTap
-
-        return KerasTap(native, export) if native.kind == "keras" else None
-
-    def source_of(self, native: Any, node: Any) -> str:
-        from unframe.locate.keras_tap import layer_of_node
-
-        return (layer_of_node(native.obj, node) if native.kind == "keras" else "") or \
-            super().source_of(native, node)
-
     def describe(self, native: Any) -> str:
         kind = {"keras": "Keras model", "function": "tf.function", "saved_model": "SavedModel",
                 "tflite": "TFLite model", "graph_def": "frozen graph"}[native.kind]

@@ -328,11 +328,6 @@ class TorchFrontend(Frontend):
         return float64_runner(export.extra.get("module", native), export.extra["inputs"],
                               export.extra["output_names"], self.describe(native))
 
-    def tap(self, native: Any, export: ExportResult) -> Any:
-        from unframe.locate.torch_tap import TorchTap
-
-        return TorchTap(native, export)
-
     def describe(self, native: Any) -> str:
         import torch
 

@@ -24,8 +24,8 @@ from click.testing import CliRunner  # noqa: E402
 
 import unframe  # noqa: E402
 from unframe.cli.main import cli  # noqa: E402
-from unframe.converters.backends.coreml.backend import CoreMLRunner  # noqa: E402
 from unframe.converters.backends.coreml.mil_eval import MILRunner  # noqa: E402
+from unframe.converters.backends.coreml.runner import CoreMLRunner  # noqa: E402
 from unframe.errors import InputError  # noqa: E402
 from unframe.validate.onnxruntime import OnnxRuntimeRunner  # noqa: E402
 

@@ -7,8 +7,9 @@ Target options (``Target.options``): ``target`` (iOS16|iOS17|iOS18|macOS13.., de
 ``stateful`` (a ``--kv-cache`` decoder's cache kept in iOS18 states, ``coreml.states``; the
 target defaults to iOS18) and ``max_context`` (the states' length in tokens).
 
-The runner evaluates the package written under ``workdir`` with the MIL reference evaluator, so
-the parity stage checks the artifact that ships.
+The runner (``runner.py``) evaluates the package written under ``workdir`` with the MIL reference
+evaluator, so the parity stage checks the artifact that ships; it reads the program's intermediate
+values for the divergence locator as well.
 """
 
 from __future__ import annotations
@@ -17,18 +18,19 @@ import contextlib
 import json
 import shutil
 import weakref
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import onnx_ir as ir
 
+from unframe.converters.backends.coreml.runner import CoreMLRunner
 from unframe.converters.base import Artifact, Backend, RunnerUnavailable, Target
 from unframe.converters.registry import register_backend
 from unframe.errors import Blocker, ConversionError, UnsupportedError, UsageError
 from unframe.passes import keeps_fp32
-from unframe.validate.runner import Runner, TensorSpec
+from unframe.validate.runner import Runner
 from unframe.validate.tolerances import Tolerance
 
 if TYPE_CHECKING:
@@ -160,16 +162,8 @@ class CoreMLBackend(Backend):
         # loaded when parity first runs it (the program's load is parity's time, not the build's);
         # the package was written by convert() just now, so it isn't probed in a child first
         return CoreMLRunner(Deferred(lambda: MILRunner(path, vouched=True), "the CoreML package"),
-                            json.loads(artifact.metadata["unframe.io"]))
-
-    def tap(self, artifact: Artifact, target: Target) -> Any:
-        from unframe.locate.taps import MilTap
-
-        io = json.loads(artifact.metadata["unframe.io"])
-        if artifact.path is None or io.get("states"):
-            return None  # a stateful package's outputs come through its states, not one call
-        return MilTap(artifact.path, json.loads(artifact.metadata["unframe.io"]),
-                      json.loads(artifact.metadata.get("unframe.values", "{}")))
+                            json.loads(artifact.metadata["unframe.io"]),
+                            json.loads(artifact.metadata.get("unframe.values", "{}")))
 
     def decode_steps(self, target: Target) -> int:
         return 5  # a prefill and 4 decode steps: the MIL evaluator takes seconds per step
@@ -387,83 +381,8 @@ def _write_metadata(artifact: Artifact) -> None:
         mlmodel.save(str(artifact.path))
 
 
-# -- the runner: ONNX names and dtypes in and out ------------------------------------------------
-
-_MIL_INPUT = {"float64": np.float32, "float32": np.float32, "float16": np.float16}
-
-
 def _check_memory(model: ir.Model) -> None:
     from unframe import io, limits
 
     limits.check_stage_memory(int(MEMORY_PER_WEIGHT_BYTE * io.tensor_bytes(model)),
                               "converting to CoreML (its weights, the MIL program and the fp16 copies)")
-
-
-class CoreMLRunner(Runner):
-    """The MIL evaluator on the saved package, fed and read with ONNX names and dtypes
-    (int64 inputs go in as int32, bool as int32, float64 as float32; outputs are cast back)."""
-
-    def __init__(self, inner: Runner, io: dict[str, Any]) -> None:
-        from unframe.converters.backends.coreml.states import StatefulIO
-
-        self.inner = inner
-        self.io = io
-        states = io.get("states") or []
-        # a stateful package is fed and read as the graph it came from (coreml.states)
-        self.stateful = StatefulIO(states) if states else None
-
-    @property
-    def name(self) -> str:  # type: ignore[override]
-        return self.inner.name
-
-    def _states(self) -> dict[str, np.ndarray]:
-        """The MIL evaluator's states, kept from call to call (loading the program if deferred)."""
-        inner = self.inner.pin() if hasattr(self.inner, "pin") else self.inner
-        return inner.states  # type: ignore[attr-defined, no-any-return]
-
-    def input_specs(self) -> list[TensorSpec]:
-        specs = [TensorSpec(i["onnx"], tuple(i["shape"]), i["dtype"]) for i in self.io["inputs"]]
-        for s in self.io.get("states") or []:
-            specs.append(TensorSpec(s["past"], (1, s["shape"][1], None, s["shape"][3]), s["dtype"]))
-        return specs
-
-    def output_names(self) -> list[str]:
-        return [o["onnx"] for o in self.io["outputs"]] + [s["present"] for s in self.io.get("states") or []]
-
-    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        batch = int(np.asarray(feeds["input_ids"]).shape[0]) if self.stateful is not None else 1
-        if batch > 1:  # states hold one sequence: a batch runs row by row, as an app would
-            rows = [self.run({k: np.asarray(v)[b:b + 1] for k, v in feeds.items()}) for b in range(batch)]
-            return {k: np.concatenate([r[k] for r in rows]) for k in rows[0]}
-        cached = None
-        if self.stateful is not None:
-            cached = self.stateful.before(feeds, self._states())
-        mil_feeds = {}
-        for spec in self.io["inputs"]:
-            value = np.asarray(feeds[spec["onnx"]])
-            if not spec["shape"]:
-                value = value.reshape(1)  # scalars travel as [1]
-            mil_feeds[spec["mil"]] = value.astype(_MIL_INPUT.get(value.dtype.name, np.int32))
-        outs = self.inner.run(mil_feeds)
-        result = {}
-        for o in self.io["outputs"]:
-            raw = outs[o["mil"]]
-            if isinstance(raw, dict):  # a classifier's probabilities, {label: p} in class order
-                raw = np.array(list(raw.values()), dtype=np.float32)
-                if o.get("rank"):
-                    raw = raw.reshape((1,) * (o["rank"] - 1) + (-1,))
-            value = _restore(np.asarray(raw), o["dtype"])
-            result[o["onnx"]] = value.reshape(()) if o.get("rank") == 0 and value.size == 1 else value
-        if self.stateful is not None and cached is not None:
-            total = cached + int(np.asarray(feeds["input_ids"]).shape[1])
-            result.update(self.stateful.after(self._states(), total,
-                                              {s["present"]: s["dtype"] for s in self.io["states"]}))
-        return result
-
-
-def _restore(value: np.ndarray, dtype: str) -> np.ndarray:
-    if dtype == "bool":
-        return value != 0
-    if value.dtype.kind == "f" and np.dtype(dtype).kind in "iu":
-        return np.rint(value).astype(dtype)
-    return value.astype(dtype)

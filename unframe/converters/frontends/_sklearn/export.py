@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import onnx
 
+from unframe.converters.base import SKLEARN_PATH, SKLEARN_STEP
 from unframe.converters.frontends._sklearn import inputs as inputs_mod
 from unframe.converters.frontends._sklearn.converters import EXTENSIONS, ONNXMLTOOLS, register_all
 from unframe.converters.frontends._sklearn.converters.hist_gradient_boosting import fix_ml_opset
@@ -29,7 +30,6 @@ from unframe.converters.frontends._sklearn.runner import (
 )
 from unframe.distributions import dist_version
 from unframe.errors import Blocker, ConversionError, InputError, UnsupportedError, UsageError
-from unframe.locate.origin import SKLEARN_PATH, SKLEARN_STEP
 from unframe.validate import tolerances
 from unframe.validate.compare import compare_arrays
 
