@@ -6,15 +6,12 @@ models.
 
 ``KEEP_FP32`` is the node metadata key with which a pass asks every backend to leave a node in
 float32 when it lowers the rest of the graph to fp16/bf16 (tree comparisons and accumulations
-that would change decisions in 16 bits).
+that would change decisions in 16 bits). It is declared in ``unframe.validate.marks`` (the
+rounding emulation honours it too) and re-exported here.
 """
 
 from __future__ import annotations
 
-KEEP_FP32 = "unframe.keep_fp32"
+from unframe.validate.marks import KEEP_FP32, keeps_fp32
 
-
-def keeps_fp32(node: object) -> bool:
-    """True when ``node`` (an onnx_ir.Node) asks to stay in float32."""
-    props = getattr(node, "metadata_props", None)
-    return bool(props) and props.get(KEEP_FP32) == "1"  # type: ignore[union-attr]
+__all__ = ["KEEP_FP32", "keeps_fp32"]

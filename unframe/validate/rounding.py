@@ -53,7 +53,7 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
-from unframe.passes import keeps_fp32
+from unframe.validate.marks import keeps_fp32
 
 MAX_WEIGHT_BYTES = 256 << 20
 WIDEN = 2.0  # times the emulated error: the backend also rounds inside its accumulations
