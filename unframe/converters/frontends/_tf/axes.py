@@ -161,7 +161,7 @@ def _notes(plan: AxesPlan, accepted: Sequence[Axis], forced: Sequence[Axis],
 
 def failure(exc: BaseException) -> str:
     """TensorFlow's telling line for a probe that failed."""
-    from unframe.converters.frontends._tf.native import telling_line
+    from unframe.converters.frontends._tf.common import telling_line
 
     return telling_line(exc)
 

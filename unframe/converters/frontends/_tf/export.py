@@ -39,7 +39,8 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
-from unframe.converters.frontends._tf.native import TfModel, _first_line, unique_names
+from unframe.converters.frontends._tf.common import error_line
+from unframe.converters.frontends._tf.native import TfModel, unique_names
 from unframe.converters.frontends._tf.signature import call_specs, to_tf_specs
 from unframe.errors import Blocker, ConversionError, UnsupportedError
 from unframe.validate.runner import Runner, TensorSpec
@@ -425,7 +426,7 @@ def try_attempt(attempt: Attempt, check: Callable[[onnx.ModelProto], str]) -> Ou
         with grouped_convs_traced_plain():
             proto = attempt.build()
     except Exception as exc:  # tf2onnx/keras raise anything from ValueError to KeyError
-        return Outcome(problem=f"{attempt.route} failed: {_first_line(exc)}")
+        return Outcome(problem=f"{attempt.route} failed: {error_line(exc)}")
     unmapped = unmapped_ops(proto)
     if unmapped:
         ops = ", ".join(b.op for b in unmapped)
@@ -551,7 +552,7 @@ def load_problem(onnx_model: ir.Model, runner_factory: Callable[[ir.Model], Runn
     try:
         runner_factory(onnx_model)
     except Exception as exc:
-        return f"onnxruntime rejects the graph: {_first_line(exc)}"
+        return f"onnxruntime rejects the graph: {error_line(exc)}"
     return ""
 
 
@@ -567,12 +568,12 @@ def parity_problem(ref: Runner, onnx_model: ir.Model,
     try:
         candidate = runner_factory(onnx_model)
     except Exception as exc:
-        return f"onnxruntime rejects the graph: {_first_line(exc)}"
+        return f"onnxruntime rejects the graph: {error_line(exc)}"
     try:
         result = compare(ref, candidate, feeds if isinstance(feeds, list) else [feeds],
                          stage="tf2onnx self-check",
                          defaults=tolerances or None)
     except Exception as exc:
-        return f"running the graph failed: {_first_line(exc)}"
+        return f"running the graph failed: {error_line(exc)}"
     return "" if result else f"parity: {result.reason}"
 

@@ -79,7 +79,7 @@ def placeholders(graph_def: Any, op: str = "Placeholder") -> list[TensorSpec]:
     inputs that have a default, which become inputs only when the caller feeds them)."""
     import tensorflow as tf
 
-    from unframe.converters.frontends._tf.native import _np_name
+    from unframe.converters.frontends._tf.common import numpy_name
 
     out = []
     for node in graph_def.node:
@@ -90,7 +90,7 @@ def placeholders(graph_def: Any, op: str = "Placeholder") -> list[TensorSpec]:
         shape = None
         if shape_attr is not None and not shape_attr.unknown_rank:
             shape = tuple(None if d.size < 0 else int(d.size) for d in shape_attr.dim)
-        out.append(TensorSpec(node.name, shape, _np_name(dtype)))
+        out.append(TensorSpec(node.name, shape, numpy_name(dtype)))
     return out
 
 

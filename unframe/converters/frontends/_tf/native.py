@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from unframe.converters.frontends._tf.common import error_line, numpy_name, quiet_tensorflow
 from unframe.errors import InputError, TrustRequiredError, UsageError
 from unframe.validate.runner import TensorSpec
 
@@ -51,13 +52,6 @@ class TfModel:
     # that general trace to any narrower spec, so an export at fixed shapes needs a fresh one.
     fresh: Any = None
     memo: dict[Any, Any] | None = None  # TF's outputs per feed while the export checks itself
-
-
-def quiet_tensorflow() -> None:
-    """TF logs C++ info lines to stderr on import; the CLI output should stay readable."""
-    from unframe.quiet import quiet_tensorflow_env
-
-    quiet_tensorflow_env()
 
 
 def is_saved_model_dir(path: Path) -> bool:
@@ -138,12 +132,12 @@ def load_keras_file(path: Path, trust: bool, custom_objects: Any = None) -> TfMo
     except Exception as exc:  # keras raises ValueError/OSError/KeyError/... on bad files
         if "safe_mode" in str(exc) and not trust:
             raise TrustRequiredError(
-                f"{path}: loading needs Keras' unsafe mode ({_first_line(exc)})",
+                f"{path}: loading needs Keras' unsafe mode ({error_line(exc)})",
                 "pass --trust (trust=True) only if you trust where the file came from") from exc
         missing = missing_custom_object(exc)
         if missing is not None:
             raise _missing_error(path, *missing, resolved[1] if resolved else None) from exc
-        raise InputError(f"{path}: not a readable Keras model ({_first_line(exc)})",
+        raise InputError(f"{path}: not a readable Keras model ({error_line(exc)})",
                          "check that the file is complete; re-save it with model.save()") from exc
     return from_keras(model, str(path), path)
 
@@ -230,7 +224,7 @@ def load_saved_model(path: Path, signature: str | None) -> TfModel:
     try:
         loaded = tf.saved_model.load(str(path))
     except Exception as exc:
-        raise InputError(f"{path}: not a readable SavedModel ({_first_line(exc)})",
+        raise InputError(f"{path}: not a readable SavedModel ({error_line(exc)})",
                          "check the directory is complete; re-export it") from exc
     wanted = signature or DEFAULT_SIGNATURE
     available = sorted(loaded.signatures.keys())
@@ -256,40 +250,6 @@ def load_tflite(path: Path) -> TfModel:
 
     inputs, outputs, names = probes.describe_tflite(path)
     return TfModel("tflite", path, str(path), inputs, outputs, path=path, tflite_names=names)
-
-
-def tflite_signature(interpreter: Any) -> tuple[list[TensorSpec], list[str], dict[str, str]]:
-    """(inputs, output names, tensor name -> signature key) of an interpreter."""
-    sigs = interpreter.get_signature_list()
-    names: dict[str, str] = {}
-    if len(sigs) == 1:
-        runner = interpreter.get_signature_runner(next(iter(sigs)))
-        for kind_details in (runner.get_input_details(), runner.get_output_details()):
-            for key, det in kind_details.items():
-                names[det["name"]] = key
-    inputs = []
-    for det in interpreter.get_input_details():
-        shape = tuple(None if d < 0 else int(d) for d in det["shape_signature"])
-        inputs.append(TensorSpec(names.get(det["name"], det["name"]), shape,
-                                 _np_name(det["dtype"])))
-    outputs = [names.get(det["name"], det["name"]) for det in interpreter.get_output_details()]
-    return inputs, outputs, names
-
-
-def make_interpreter(path: Path) -> Any:
-    import warnings
-
-    import tensorflow as tf
-
-    try:
-        with warnings.catch_warnings():  # tf.lite.Interpreter warns it moved to ai_edge_litert
-            warnings.simplefilter("ignore")
-            interpreter = tf.lite.Interpreter(model_path=str(path))
-        interpreter.allocate_tensors()
-    except Exception as exc:
-        raise InputError(f"{path}: not a readable TFLite model ({_first_line(exc)})",
-                         "check the file is complete; re-convert it") from exc
-    return interpreter
 
 
 # -- objects --------------------------------------------------------------------------------
@@ -321,7 +281,7 @@ def from_keras(model: Any, source: str, path: Path | None) -> TfModel:
     inputs = []
     for tensor in model.inputs:
         shape = tuple(None if d is None else int(d) for d in tensor.shape)
-        inputs.append(TensorSpec(tensor.name, shape, _np_name(tensor.dtype)))
+        inputs.append(TensorSpec(tensor.name, shape, numpy_name(tensor.dtype)))
     return TfModel("keras", model, source, inputs, keras_output_names(model), path=path,
                    int_high=embedding_bound(model))
 
@@ -509,42 +469,6 @@ def _arg_names(fn: Any) -> list[str]:
 def _tensor_spec(name: str, spec: Any) -> TensorSpec:
     shape = None if spec.shape.rank is None else tuple(
         None if d is None else int(d) for d in spec.shape.as_list())
-    return TensorSpec(name, shape, _np_name(spec.dtype))
+    return TensorSpec(name, shape, numpy_name(spec.dtype))
 
 
-def _np_name(dtype: Any) -> str:
-    import numpy as np
-
-    name = getattr(dtype, "name", None)
-    if isinstance(name, str) and not isinstance(dtype, type):
-        return {"string": "str"}.get(name, name)
-    return np.dtype(dtype).name
-
-
-def _first_line(exc: BaseException) -> str:
-    """The telling line of an exception: TF's traced errors start with "in user code:" and a
-    stack, and put the reason last."""
-    lines = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()]
-    if not lines:
-        return type(exc).__name__
-    if lines[0].startswith("in user code") or lines[0].startswith("File "):
-        lines = [ln for ln in lines if not ln.startswith(("File ", "in user code", "return "))]
-        return lines[-1][:300] if lines else type(exc).__name__
-    return lines[0][:300]
-
-
-def telling_line(exc: BaseException) -> str:
-    """TensorFlow's telling line for an error raised while tracing: the reason (its last line)
-    and the last frame "in user code" (``at file.py:12 in f: v = tf.Variable(1.0)``)."""
-    reason = _first_line(exc)
-    if not reason.startswith(type(exc).__name__):
-        reason = f"{type(exc).__name__}: {reason}"
-    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
-    frames = [i for i, ln in enumerate(lines) if ln.startswith("File ")]
-    if not frames:
-        return reason
-    i = frames[-1]
-    match = re.match(r'File "([^"]+)", line (\d+), in (\S+)', lines[i])
-    where = f"{Path(match.group(1)).name}:{match.group(2)} in {match.group(3)}" if match else lines[i]
-    code = lines[i + 1] if i + 1 < len(lines) and not lines[i + 1].startswith(("File ", type(exc).__name__)) else ""
-    return f"{reason} (in user code at {where}{': ' + code[:120] if code else ''})"

@@ -13,7 +13,8 @@ import onnx_ir as ir
 from unframe.converters.base import ExportResult, InputSpec
 from unframe.converters.frontends._tf import axes
 from unframe.converters.frontends._tf import export as routes
-from unframe.converters.frontends._tf.native import TfModel, telling_line
+from unframe.converters.frontends._tf.common import telling_line
+from unframe.converters.frontends._tf.native import TfModel
 from unframe.converters.frontends._tf.runners import make_runner
 from unframe.converters.frontends._tf.signature import (
     call_specs,

@@ -71,7 +71,7 @@ def import_h5py() -> None:
 
 
 def import_tensorflow() -> None:
-    from unframe.converters.frontends._tf.native import quiet_tensorflow
+    from unframe.converters.frontends._tf.common import quiet_tensorflow
 
     quiet_tensorflow()
     import tensorflow  # noqa: F401
@@ -161,7 +161,7 @@ def tflite_in_child(path: Path, budget: int) -> tuple[list[Any], list[str], dict
     zero inputs (what parity will do, so that a crash happens here, before any work)."""
     import numpy as np
 
-    from unframe.converters.frontends._tf.native import make_interpreter, tflite_signature
+    from unframe.converters.frontends._tf.common import make_interpreter, tflite_signature
 
     with limits.memory_budget(budget):
         interpreter = make_interpreter(path)
@@ -196,7 +196,7 @@ def tflite_in_child(path: Path, budget: int) -> tuple[list[Any], list[str], dict
 
 def tflite_run_in_child(path: Path, arrays: dict[str, Any], names: dict[str, str], budget: int) -> list[Any]:
     """(In the child.) Resize to the feed's shapes, run, return the outputs."""
-    from unframe.converters.frontends._tf.native import make_interpreter
+    from unframe.converters.frontends._tf.common import make_interpreter
 
     with limits.memory_budget(budget):
         key = str(path)
