@@ -116,20 +116,31 @@ def _outer_packages(target: str, importer: str, known: Mapping[str, object]) -> 
     return {p for p in outer if p in known and not (importer == p or importer.startswith(p + "."))}
 
 
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
 def private_imports(sources: Sources) -> list[tuple[str, str, str]]:
-    """``(importer, module, _name)`` for every private name taken from another unframe module."""
-    found = []
+    """``(importer, module, _name)`` for every private name taken from another unframe module:
+    ``from unframe.x import _name``, or ``x._name`` on a module imported as ``x``."""
+    found = set()
     for module, (text, is_pkg) in sources.items():
-        for stmt in _import_statements(ast.parse(text, filename=module)):
-            if not isinstance(stmt, ast.ImportFrom):
+        tree = ast.parse(text, filename=module)
+        modules: dict[str, str] = {}  # a name bound to an unframe module -> that module
+        for stmt in _import_statements(tree):
+            if isinstance(stmt, ast.Import):
+                modules.update({a.asname: a.name for a in stmt.names if a.asname and a.name in sources})
                 continue
             target = _target(stmt, module, is_pkg)
-            if target not in sources or target == module:
-                continue
             for alias in stmt.names:
-                name = alias.name
-                if name.startswith("_") and not name.startswith("__") and f"{target}.{name}" not in sources:
-                    found.append((module, target, name))
+                if f"{target}.{alias.name}" in sources:
+                    modules[alias.asname or alias.name] = f"{target}.{alias.name}"
+                elif target in sources and target != module and _private(alias.name):
+                    found.add((module, target, alias.name))
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and _private(node.attr)
+                    and modules.get(node.value.id, module) != module):
+                found.add((module, modules[node.value.id], node.attr))
     return sorted(found)
 
 
@@ -427,5 +438,8 @@ def test_private_imports_are_named():
         "p/": "", "p.a": "_x = 1\n__all__ = []\n", "p.sub/": "",
         "p.b": "from p.a import _x, __all__\nfrom p import sub\nfrom . import a\n",
         "p.c": "def f():\n    from .a import _x as y\n",
+        "p.d": "import p.a as pa\nfrom p import a\ny = pa._x + a.__all__ + a.public\n",
+        "p.e": "from p import a\nclass K:\n    def f(self):\n        return self._x + a._y\n",
     })
-    assert private_imports(sources) == [("p.b", "p.a", "_x"), ("p.c", "p.a", "_x")]
+    assert private_imports(sources) == [("p.b", "p.a", "_x"), ("p.c", "p.a", "_x"), ("p.d", "p.a", "_x"),
+                                        ("p.e", "p.a", "_y")]

@@ -181,11 +181,11 @@ class KerasTap:
                        wanted: set[str] | None) -> dict[str, np.ndarray]:
         import keras
 
-        from unframe.converters.frontends._tf.runners import _keras_structure
+        from unframe.converters.frontends._tf.runners import keras_structure
 
         arrays = self._channels_last(feeds)
         if getattr(self.model, "inputs", None):
-            structured = _keras_structure(self.model, arrays)
+            structured = keras_structure(self.model, arrays)
         else:  # a subclassed model: the graph inputs in order, as its call takes them
             ordered = [arrays[v.name] for v in self._graph.inputs
                        if v.name not in self._graph.initializers]

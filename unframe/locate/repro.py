@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from unframe.locate.search import Walk, _node_inputs, diff
+from unframe.locate.search import Walk, diff, node_inputs
 
 if TYPE_CHECKING:
     import onnx
@@ -87,7 +87,7 @@ def _grow(kept: list[ir.Node], walk: Walk, reference: Mapping[str, np.ndarray],
           candidate: Mapping[str, np.ndarray]) -> list[ir.Node] | None:
     """``kept`` plus the nearest producer of one of its inputs (the latest in topological order)."""
     mine = {id(n) for n in kept}
-    producers = [walk.producer[v.name] for n in kept for v in _node_inputs(n)
+    producers = [walk.producer[v.name] for n in kept for v in node_inputs(n)
                  if v.name in walk.producer and id(walk.producer[v.name]) not in mine]
     if not producers:
         return None
@@ -109,7 +109,7 @@ def _cut(model: ir.Model, kept: list[ir.Node], walk: Walk, reference: Mapping[st
     feeds: dict[str, np.ndarray] = {}
     initializers: dict[str, Any] = {}
     for node in nodes:
-        for value in _node_inputs(node):
+        for value in node_inputs(node):
             if not value.name or value.name in produced or value.name in feeds:
                 continue
             if value.const_value is not None:
@@ -139,7 +139,7 @@ def _with_constants(kept: list[ir.Node], walk: Walk) -> list[ir.Node]:
     out = list(kept)
     mine = {id(n) for n in kept}
     for node in kept:
-        for value in _node_inputs(node):
+        for value in node_inputs(node):
             producer = walk.producer.get(value.name)
             if producer is not None and producer.op_type == "Constant" and id(producer) not in mine:
                 out.append(producer)

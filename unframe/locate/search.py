@@ -183,7 +183,7 @@ class Walk:
         """Names of the values computed from ``node``'s outputs (those included)."""
         consumers: dict[str, list[ir.Node]] = {}
         for n in self.nodes:
-            for value in _node_inputs(n):
+            for value in node_inputs(n):
                 consumers.setdefault(value.name, []).append(n)
         out: set[str] = set()
         stack = [v.name for v in node.outputs if v.name]
@@ -207,13 +207,13 @@ class Walk:
             if i in seen:
                 continue
             seen.add(i)
-            for value in _node_inputs(node):
+            for value in node_inputs(node):
                 if value.name in self.producer:
                     stack.append(self.producer[value.name])
         return seen
 
 
-def _node_inputs(node: ir.Node) -> list[ir.Value]:
+def node_inputs(node: ir.Node) -> list[ir.Value]:
     """A node's inputs, and the outer values its subgraphs read (an If branch reading x)."""
     import onnx_ir as ir
 
@@ -282,7 +282,7 @@ def unseen_span(walk: Walk, diffs: dict[str, ValueDiff], node: ir.Node) -> list[
     span = {id(node): node}
     stack = [node]
     while stack:
-        for value in _node_inputs(stack.pop()):
+        for value in node_inputs(stack.pop()):
             producer = walk.producer.get(value.name)
             if value.name in diffs or producer is None or producer.op_type == "Constant" \
                     or value.const_value is not None or id(producer) in span:
@@ -302,7 +302,7 @@ def _describe(result: Divergence, span: list[ir.Node], bad: ValueDiff, diffs: di
     result.value, result.error = bad.name, bad.error
     inside = {id(n) for n in span}
     for node in span:
-        for value in _node_inputs(node):
+        for value in node_inputs(node):
             if value.const_value is not None or value.is_graph_input() or value.name not in walk.producer:
                 continue  # constants, initializers and graph inputs are the same on both sides
             if id(walk.producer[value.name]) in inside:
@@ -350,7 +350,7 @@ def _back_path(walk: Walk, diffs: dict[str, ValueDiff], start: str, allowed: set
         node = walk.producer.get(name)
         if node is None:
             break
-        pool = [v.name for v in _node_inputs(node) if v.name in walk.producer
+        pool = [v.name for v in node_inputs(node) if v.name in walk.producer
                 and (allowed is None or v.name in allowed)]
         compared = [n for n in pool if n in diffs]
         pool = compared or pool

@@ -247,7 +247,7 @@ def _capture(model: Any, inputs: Any, args: tuple[Any, ...], kwargs: dict[str, A
     if inputs is not None:
         args, kwargs = inp.export_example(inputs)
         shapes = inp.dynamic_shapes(inputs, model) if inputs.dynamic else None
-        args, kwargs, shapes = exp._trailing_dict_by_name(model, args, kwargs, shapes)
+        args, kwargs, shapes = exp.trailing_dict_by_name(model, args, kwargs, shapes)
         shapes, _ = _dynamic_shapes.convert_str_to_export_dim(shapes)
     errors: list[BaseException] = []
     for strategy in _capture_strategies.CAPTURE_STRATEGIES:
@@ -272,9 +272,9 @@ def _as_captured(native: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
 
     if isinstance(native, torch.export.ExportedProgram):
         return args, kwargs
-    from unframe.converters.frontends._torch.export import _trailing_dict_by_name
+    from unframe.converters.frontends._torch.export import trailing_dict_by_name
 
-    args, kwargs, _ = _trailing_dict_by_name(native, args, kwargs, None)
+    args, kwargs, _ = trailing_dict_by_name(native, args, kwargs, None)
     return args, kwargs
 
 

@@ -26,7 +26,7 @@ class _Cuda:
     """The few CUDA driver calls a runner needs, each checked."""
 
     def __init__(self) -> None:
-        lib = trtmodule._libcuda()
+        lib = trtmodule.libcuda()
         if lib is None:
             raise RunnerUnavailable("no CUDA device: libcuda.so.1 not found")
         self.lib = lib

@@ -170,7 +170,7 @@ def engine_gap(trt: ModuleType, device: CudaDevice) -> str | None:
             "runs engines for this one")
 
 
-def _libcuda() -> ctypes.CDLL | None:
+def libcuda() -> ctypes.CDLL | None:
     for name in ("libcuda.so.1", "libcuda.so", ctypes.util.find_library("cuda") or ""):
         if not name:
             continue
@@ -184,7 +184,7 @@ def _libcuda() -> ctypes.CDLL | None:
 @functools.cache
 def cuda_device() -> CudaDevice | str:
     """Device 0 through the CUDA driver, or the reason there is none (a one-line string)."""
-    lib = _libcuda()
+    lib = libcuda()
     if lib is None:
         return "no CUDA driver (libcuda.so.1 not found)"
     rc = lib.cuInit(0)

@@ -83,7 +83,7 @@ class KerasRunner(_TfRunner):
         model = self.model.obj
         states = stateful_states(model)
         try:
-            result = model(_keras_structure(model, arrays), training=False)
+            result = model(keras_structure(model, arrays), training=False)
         finally:
             for variable, value in states:
                 variable.assign(value)
@@ -110,7 +110,7 @@ def stateful_states(model: Any) -> list[tuple[Any, np.ndarray]]:
     return out
 
 
-def _keras_structure(model: Any, arrays: dict[str, np.ndarray]) -> Any:
+def keras_structure(model: Any, arrays: dict[str, np.ndarray]) -> Any:
     """Inputs in the structure the model was built with (tensor, list or dict)."""
     names = [t.name for t in model.inputs]
     struct = getattr(model, "_inputs_struct", None)

@@ -131,7 +131,7 @@ def export_dynamo(model: Any, inputs: ModelInputs | None, outputs: list[str] | N
         assert inputs is not None
         args, call_kwargs = export_example(inputs)
         shapes = dynamic_shapes(inputs, model) if inputs.dynamic else None
-        args, call_kwargs, shapes = _trailing_dict_by_name(model, args, call_kwargs, shapes)
+        args, call_kwargs, shapes = trailing_dict_by_name(model, args, call_kwargs, shapes)
         kwargs.update(kwargs=call_kwargs, input_names=inputs.names, dynamic_shapes=shapes)
     with quiet(), cached_torchlib(), math_attention():
         program = torch.onnx.export(model, args, **kwargs)
@@ -144,7 +144,7 @@ def export_dynamo(model: Any, inputs: ModelInputs | None, outputs: list[str] | N
 EXPORTED_PROGRAM = "unframe.torch.exported_program"  # ir.Model.meta key (never serialized)
 
 
-def _trailing_dict_by_name(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any], shapes: Any
+def trailing_dict_by_name(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any], shapes: Any
                            ) -> tuple[tuple[Any, ...], dict[str, Any], Any]:
     """torch.onnx reads a trailing dict in ``args`` as keyword arguments when ``kwargs`` is
     empty; pass such a dict argument by its parameter name instead (same leaf order). Shapes
