@@ -66,6 +66,7 @@ class OpenVINOBackend(Backend):
     def check_with_notes(self, model: ir.Model, target: Target) -> tuple[list[Blocker], list[str]]:
         """The import ``convert`` runs (OpenVINO's ONNX frontend, then the CPU plugin's
         ``query_model``), kept for the convert that follows, plus the options' blockers."""
+        _precision(target)  # a precision OpenVINO has no weights for is a usage error, as in convert
         options = option_blockers(model, target)
         if self.missing():
             return options, ["openvino is not installed: only the options were checked"]
@@ -77,19 +78,22 @@ class OpenVINOBackend(Backend):
     def _import(self, model: ir.Model) -> Imported:
         from unframe import io
         from unframe.converters.backends.openvino.importer import import_onnx
+        from unframe.converters.backends.openvino.prepare import prepare
 
         cached = _IMPORTS.get(model)
         if cached is not None:
             return cached
-        with io.tool_file(model) as path:
-            imported = import_onnx(model, path)
+        prepared, notes = prepare(model)
+        with io.tool_file(prepared) as path:
+            imported = import_onnx(prepared, path)
+        imported.notes = notes
         _IMPORTS[model] = imported
         return imported
 
     # -- convert ------------------------------------------------------------------------------
     def convert(self, model: ir.Model, target: Target, workdir: Path) -> Artifact:
         from unframe.converters.backends.openvino.shapes import apply_shapes, plan_shapes
-        from unframe.converters.backends.openvino.weights import kept_constants
+        from unframe.converters.backends.openvino.weights import marked_fp32
 
         self.ensure_available()
         precision = _precision(target)
@@ -101,10 +105,13 @@ class OpenVINOBackend(Backend):
                                    "blockers)", "run `unframe check --to openvino` for the list",
                                    blockers=blockers)
         converted = imported.model
-        notes = apply_shapes(converted, plan_shapes(model, target.options))
-        kept = kept_constants(model, converted) if precision == "fp16" else set()
+        notes = imported.notes + apply_shapes(converted, plan_shapes(model, target.options))
+        marked = marked_fp32(model) if precision == "fp16" else 0
+        if marked:
+            notes.append(f"weights kept in fp32: {marked} node(s) of the graph are marked to stay in "
+                         "float32 (after an fp16 parity failure, or a graph pinned to float32)")
         outputs = [{"name": v.name, "dtype": _np_name(v.dtype)} for v in model.graph.outputs]
-        return finish(converted, target, Path(workdir), outputs, notes, kept)
+        return finish(converted, target, Path(workdir), outputs, notes, fp16_weights=not marked)
 
     # -- run ----------------------------------------------------------------------------------
     def runner(self, artifact: Artifact, target: Target) -> Runner:
@@ -170,25 +177,25 @@ class OpenVINOBackend(Backend):
 
 
 def finish(converted: Any, target: Target, workdir: Path, outputs: list[dict[str, Any]],
-           notes: list[str], kept: set[str] = frozenset()) -> Artifact:  # type: ignore[assignment]
+           notes: list[str], fp16_weights: bool = True) -> Artifact:
     """The artifact of a converted ``openvino.Model`` (any route): saved under ``workdir`` at the
-    target's precision and read back, so parity runs the IR that is written."""
+    target's precision (fp16 weights unless ``fp16_weights`` is False) and read back, so parity
+    runs the IR that is written."""
     from unframe.converters.backends.openvino.runner import read_ir
     from unframe.converters.backends.openvino.weights import save_ir, weight_precisions
 
-    precision = _precision(target)
+    compress = _precision(target) == "fp16" and fp16_weights
     xml = workdir / "model.xml"
-    marked = save_ir(converted, xml, precision, kept)
+    save_ir(converted, xml, compress)
     saved = read_ir(xml)
     weights = weight_precisions(saved)
-    meta = {"unframe.precision": precision,
+    meta = {"unframe.precision": "fp16" if compress else "fp32",
             "unframe.io": json.dumps({"outputs": outputs}, sort_keys=True),
             "unframe.weights": json.dumps(weights, sort_keys=True)}
     notes = list(notes)
-    if precision == "fp16":
+    if compress:
         notes.append("weights stored as fp16 (OpenVINO's default compression; --precision fp32 keeps "
-                     "fp32); parity ran them with INFERENCE_PRECISION_HINT f32"
-                     + (f"; {marked} weight(s) of nodes kept in float32 stay fp32" if marked else ""))
+                     "fp32); parity ran them with INFERENCE_PRECISION_HINT f32")
     artifact = Artifact(kind="openvino", model=saved, path=xml, metadata=meta, notes=notes)
     set_rt_info(saved, meta)
     return artifact
@@ -216,12 +223,7 @@ def _precision(target: Target) -> str:
 def option_blockers(model: ir.Model, target: Target) -> list[Blocker]:
     from unframe.converters.backends.openvino.shapes import dim_blockers
 
-    out = dim_blockers(model, target.options)
-    precision = str(target.get("precision", DEFAULT_PRECISION)).lower()
-    if precision not in PRECISIONS:
-        out.append(Blocker("*", f"precision {precision!r}: OpenVINO IR weights are fp16 or fp32",
-                           hint="use --precision fp16 (the default) or fp32"))
-    return out
+    return dim_blockers(model, target.options)
 
 
 def _np_name(dtype: Any) -> str | None:

@@ -37,6 +37,7 @@ class Imported:
     model: Any
     blockers: list[Blocker] = field(default_factory=list)
     seconds: float = 0.0  # ov.convert_model's own time
+    notes: list[str] = field(default_factory=list)  # what was rewritten first (``prepare``)
 
 
 def import_onnx(model: ir.Model, path: Path) -> Imported:
