@@ -54,19 +54,17 @@ class Session:
             det = self.inputs[entry["tensor"]]
             value = np.asarray(feeds[entry["name"]])
             arrays[det["index"]] = np.ascontiguousarray(value.astype(det["dtype"], copy=False))
-        with quiet_native_logs():  # resizing logs an "ERROR:" line about a deprecated XNNPACK flag
-            resized = False
-            for name, det in self.inputs.items():
-                shape = arrays[det["index"]].shape
-                if shape != self.shapes[name]:
-                    self.it.resize_tensor_input(det["index"], list(shape), strict=False)
+        changed = {name: arrays[det["index"]].shape for name, det in self.inputs.items()
+                   if arrays[det["index"]].shape != self.shapes[name]}
+        if changed:  # resizing logs an "ERROR:" line about a deprecated XNNPACK flag: captured
+            with quiet_native_logs():
+                for name, shape in changed.items():
+                    self.it.resize_tensor_input(self.inputs[name]["index"], list(shape), strict=False)
                     self.shapes[name] = shape
-                    resized = True
-            if resized:
                 self.it.allocate_tensors()
-            for index, value in arrays.items():
-                self.it.set_tensor(index, value)
-            self.it.invoke()
+        for index, value in arrays.items():
+            self.it.set_tensor(index, value)
+        self.it.invoke()
         out = {}
         for entry in self.io["outputs"]:
             value = self.it.get_tensor(self.outputs[entry["tensor"]]["index"]).copy()
