@@ -1,6 +1,7 @@
 """What the ONNX -> MIL translators share: the per-node :class:`TranslateContext` and the dtype
-helpers. This module sits below both ``translate`` (the graph walk) and ``ops/`` (the translators),
-and imports neither, so the translators never import the walk that loads them."""
+helpers, and the deployment target as coremltools names it. This module sits below ``translate``
+(the graph walk), ``legalize`` and ``ops/`` (the translators), and imports none of them, so the
+translators never import the walk that loads them."""
 
 from __future__ import annotations
 
@@ -118,3 +119,10 @@ class TranslateContext:
 
     def err(self, what: str, hint: str = "") -> ConversionError:
         return ConversionError(f"node {self.node.name!r} [{self.node.op_type}]: {what}", hint)
+
+
+def ct_target(ios: int) -> Any:
+    import coremltools as ct
+
+    return {15: ct.target.iOS15, 16: ct.target.iOS16, 17: ct.target.iOS17,
+            18: ct.target.iOS18}[ios]

@@ -230,7 +230,7 @@ def _domain(mil_op: str, param: str, ios: int) -> frozenset[str] | None:
     from coremltools.converters.mil.mil.ops.helper import _get_version_of_op
     from coremltools.converters.mil.mil.ops.registry import SSAOpRegistry
 
-    from unframe.converters.backends.coreml.translate import ct_target
+    from unframe.converters.backends.coreml.context import ct_target
 
     cls = _get_version_of_op(SSAOpRegistry.core_ops[mil_op], ct_target(ios))
     spec = cls.input_spec.input_types.get(param)

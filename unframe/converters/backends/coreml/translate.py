@@ -21,7 +21,13 @@ import numpy as np
 import onnx_ir as ir
 
 from unframe import io
-from unframe.converters.backends.coreml.context import MIL_DTYPES, TranslateContext, mil_type, np_const
+from unframe.converters.backends.coreml.context import (
+    MIL_DTYPES,
+    TranslateContext,
+    ct_target,
+    mil_type,
+    np_const,
+)
 from unframe.converters.backends.coreml.ops import ALTERNATIVES, TRANSLATORS
 from unframe.converters.backends.coreml.rank import MAX_RANK, fold_high_rank_windows
 from unframe.converters.backends.coreml.states import (
@@ -59,13 +65,6 @@ def ios_of(target_name: str | None) -> int:
         raise UsageError(f"unknown CoreML target {name!r}",
                          f"use one of {', '.join(sorted(TARGETS))}")
     return TARGETS[name]
-
-
-def ct_target(ios: int) -> Any:
-    import coremltools as ct
-
-    return {15: ct.target.iOS15, 16: ct.target.iOS16, 17: ct.target.iOS17,
-            18: ct.target.iOS18}[ios]
 
 
 _NAME_OK = re.compile(r"[^A-Za-z0-9_]")
