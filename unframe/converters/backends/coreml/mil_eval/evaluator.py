@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from unframe.converters.backends.coreml.mil_eval._ct import mil_types
-from unframe.converters.backends.coreml.mil_eval.registry import KERNELS, KernelError
+from unframe.converters.backends.coreml.mil_eval.registry import KERNELS, KernelError, StateCell
 from unframe.errors import Blocker, InputError, UnsupportedError
 
 # ops whose value is already held by their output var once the program is loaded
@@ -175,22 +175,6 @@ def _unsupported(ops: Sequence[Any], function: str) -> UnsupportedError:
         "add a @kernel(...) in unframe/converters/backends/coreml/mil_eval/kernels/",
         blockers=blockers,
     )
-
-
-class StateCell:
-    """A state input's value: an array ``read_state`` copies out and ``coreml_update_state``
-    replaces, which outlives the call when the caller keeps the ``states`` dict (as MLState)."""
-
-    def __init__(self, states: dict[str, np.ndarray], name: str) -> None:
-        self.states, self.name = states, name
-
-    @property
-    def value(self) -> np.ndarray:
-        return self.states[self.name]
-
-    @value.setter
-    def value(self, array: np.ndarray) -> None:
-        self.states[self.name] = array
 
 
 def is_state(var: Any) -> bool:

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from unframe.registry import Registry
 
 KernelFn = Callable[..., Any]
@@ -18,6 +20,24 @@ KernelFn = Callable[..., Any]
 
 class KernelError(RuntimeError):
     """A kernel failed or produced a value the program's types contradict (an evaluator bug)."""
+
+
+class StateCell:
+    """What the evaluator binds a state input (iOS18) to, for the state kernels: an array
+    ``read_state`` copies out and ``coreml_update_state`` replaces, which outlives the call when
+    the caller keeps the ``states`` dict (as MLState). Declared beside the registry so that the
+    kernels never import the evaluator that loads them."""
+
+    def __init__(self, states: dict[str, np.ndarray], name: str) -> None:
+        self.states, self.name = states, name
+
+    @property
+    def value(self) -> np.ndarray:
+        return self.states[self.name]
+
+    @value.setter
+    def value(self, array: np.ndarray) -> None:
+        self.states[self.name] = array
 
 
 _FAMILIES = (

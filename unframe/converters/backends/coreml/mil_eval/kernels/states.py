@@ -10,12 +10,10 @@ from typing import Any
 
 import numpy as np
 
-from unframe.converters.backends.coreml.mil_eval.registry import KernelError, kernel
+from unframe.converters.backends.coreml.mil_eval.registry import KernelError, StateCell, kernel
 
 
 def _cell(ctx: Any, state: Any) -> Any:
-    from unframe.converters.backends.coreml.mil_eval.evaluator import StateCell
-
     if not isinstance(state, StateCell):
         raise KernelError(f"MIL op {ctx.op.op_type!r} (name {ctx.op.name!r}) reads a value that "
                           "is not a state")
