@@ -1,7 +1,8 @@
 """Safe loading by validation: the types skops does not trust by default that unframe loads
 without ``--trust`` because it checks their content first.
 
-One validator per type, registered by its fully qualified name with ``@validates``: it receives
+One validator per type, registered by its fully qualified name with ``@validates``
+(``registry.py``, which the families import; this package re-exports it): it receives
 the skops node of one object (nothing constructed yet) and raises ``Invalid`` with the reason
 when an index, size or shape that scikit-learn's (or XGBoost's, LightGBM's) unchecked native
 code relies on is wrong. A new type is one function in the family's module below.
@@ -21,57 +22,19 @@ code relies on is wrong. A new type is one function in the family's module below
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from unframe.converters.frontends._sklearn.validators._skops import Invalid, require
+from unframe.converters.frontends._sklearn.validators.registry import (
+    CRAFTED_HINT,
+    VALIDATORS,
+    Validator,
+    validates,
+)
 from unframe.errors import InputError, TrustRequiredError
-from unframe.registry import Registry
 
-__all__ = ["VALIDATORS", "Invalid", "Validator", "load_validated", "require", "validates"]
-
-CheckFn = Callable[[Any], None]
-
-_FAMILIES = ("trees", "neighbors", "boosters", "plain")
-
-CRAFTED_HINT = ("the file is damaged or was crafted; re-save the fitted model with "
-                "skops.io.dump")
-
-
-@dataclass(frozen=True)
-class Validator:
-    type_name: str
-    loaders: tuple[str, ...]  # the skops node kinds this type may be stored as
-    check: CheckFn
-    many: bool = False  # check takes every node of the type in the file at once (vectorized)
-
-    @property
-    def summary(self) -> str:
-        """What the validator checks: its docstring's first paragraph, one line."""
-        doc = inspect.getdoc(self.check) or ""
-        return " ".join(doc.split("\n\n")[0].split())
-
-
-VALIDATORS: Registry[Validator] = Registry(
-    "skops type validator",
-    builtins=[f"unframe.converters.frontends._sklearn.validators.{f}" for f in _FAMILIES])
-
-
-def validates(*type_names: str, loaders: tuple[str, ...] = ("ObjectNode",), many: bool = False
-              ) -> Callable[[CheckFn], CheckFn]:
-    """Register ``fn(node)`` as the validator of each fully qualified type name; with ``many``,
-    ``fn(nodes)`` gets all of them at once and marks a failure's node with ``Invalid.index``."""
-
-    def deco(fn: CheckFn) -> CheckFn:
-        for name in type_names:
-            VALIDATORS.register(name, Validator(name, loaders, fn, many))
-        return fn
-
-    return deco
-
+__all__ = ["CRAFTED_HINT", "VALIDATORS", "Invalid", "Validator", "load_validated", "require", "validates"]
 
 def load_validated(path: Path) -> Any:
     """Load a .skops file without --trust: validate, then let skops build it."""

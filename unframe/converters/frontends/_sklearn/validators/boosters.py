@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from unframe.converters.frontends._sklearn.validators import _skops as sk
-from unframe.converters.frontends._sklearn.validators import require, validates
+from unframe.converters.frontends._sklearn.validators.registry import require, validates
 from unframe.converters.frontends._sklearn.validators.trees import first_bad, forest_depths, in_range
 from unframe.errors import TrustRequiredError
 

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from unframe.converters.frontends._sklearn.validators import _skops as sk
-from unframe.converters.frontends._sklearn.validators import require, validates
+from unframe.converters.frontends._sklearn.validators.registry import require, validates
 
 _METRICS = "sklearn.metrics._dist_metrics."
 # The metrics a tree class accepts (scikit-learn's VALID_METRICS, without PyFuncDistance, which

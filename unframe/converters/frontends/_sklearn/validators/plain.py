@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from unframe.converters.frontends._sklearn.validators import _skops as sk
-from unframe.converters.frontends._sklearn.validators import require, validates
+from unframe.converters.frontends._sklearn.validators.registry import require, validates
 
 _GP = "sklearn.gaussian_process.kernels."
 _SELECT = "sklearn.feature_selection._univariate_selection."

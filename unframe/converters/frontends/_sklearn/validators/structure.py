@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from unframe.converters.frontends._sklearn.validators import CRAFTED_HINT
 from unframe.converters.frontends._sklearn.validators._skops import Invalid, require
+from unframe.converters.frontends._sklearn.validators.registry import CRAFTED_HINT
 from unframe.errors import InputError, TrustRequiredError
 
 Rule = Callable[[Any], None]

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from unframe.converters.frontends._sklearn.validators import _skops as sk
-from unframe.converters.frontends._sklearn.validators import require, validates
+from unframe.converters.frontends._sklearn.validators.registry import require, validates
 
 TREE_LEAF = -1  # scikit-learn's child index of a leaf
 MAX_OUTPUTS = 2**20
