@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import onnx_ir as ir
 
 from unframe.version_converter.context import Step
+from unframe.version_converter.types import check_types, type_string
 
 if TYPE_CHECKING:
     from onnx.defs import OpSchema
@@ -40,53 +41,6 @@ SEMANTIC_CHANGES: dict[tuple[str, str, int], str] = {
 
 # Ops whose axis attribute counts dimensions of the output rather than of the first input.
 _AXIS_OF_OUTPUT = {"Unsqueeze", "OneHot"}
-
-
-def type_string(type_: ir.TypeProtocol | None) -> str | None:
-    """The ONNX type string ("tensor(float)", "seq(tensor(int64))") of an onnx-ir type."""
-    if type_ is None:
-        return None
-    if isinstance(type_, ir.TensorType):
-        return f"tensor({type_.dtype.name.lower()})" if type_.dtype is not None else None
-    if isinstance(type_, ir.SequenceType):
-        inner = type_string(type_.elem_type)
-        return None if inner is None else f"seq({inner})"
-    if isinstance(type_, ir.OptionalType):
-        inner = type_string(type_.elem_type)
-        return None if inner is None else f"optional({inner})"
-    if isinstance(type_, ir.SparseTensorType):
-        return f"sparse_tensor({type_.dtype.name.lower()})"
-    return None
-
-
-def allowed_types(schema: OpSchema, params: Any, index: int) -> frozenset[str] | None:
-    """The type strings ``schema`` allows for formal parameter ``index`` of ``params`` (its inputs or
-    outputs); None when unknown or out of range."""
-    if not params:
-        return None
-    param = params[min(index, len(params) - 1)]
-    if index >= len(params) and param.option.value != 2:  # not variadic: out of range, count check reports it
-        return None
-    for tc in schema.type_constraints:
-        if tc.type_param_str == param.type_str:
-            return frozenset(tc.allowed_type_strs)
-    return frozenset([param.type_str])
-
-
-def check_types(node: ir.Node, schema: OpSchema) -> list[str]:
-    problems = []
-    for kind, values, params in (("input", node.inputs, schema.inputs), ("output", node.outputs, schema.outputs)):
-        for i, v in enumerate(values):
-            if v is None:
-                continue
-            ts = type_string(v.type)
-            allowed = allowed_types(schema, params, i)
-            if ts is None or allowed is None:
-                continue
-            if ts not in allowed:
-                problems.append(f"{kind} {i} has type {ts}, which {schema.name}-{schema.since_version} "
-                                f"does not allow (allowed: {', '.join(sorted(allowed))})")
-    return problems
 
 
 def _count(values: Any) -> int:

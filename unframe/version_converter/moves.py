@@ -72,7 +72,7 @@ def dtype_of(step: Step, value: ir.Value | None) -> np.dtype:
 
 def require_types(step: Step) -> None:
     """Refuse when a known dtype of the node isn't allowed by the target schema."""
-    from unframe.version_converter.generic import check_types
+    from unframe.version_converter.types import check_types
 
     if step.to_schema is None:
         return

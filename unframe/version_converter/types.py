@@ -2,16 +2,22 @@
 
 onnx-ir's ShapeInferencePass round-trips the whole model; here the graph is serialized with its large
 initializers detached (shape inference only needs small constants such as Reshape targets), and the
-inferred types are set on values that have none.
+inferred types are set on values that have none. And what a schema allows: the type strings of a
+value (``type_string``) against a schema's type constraints (``allowed_types``, ``check_types``).
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 import onnx
 import onnx_ir as ir
 
 from unframe.io import detached_proto, light_proto
 from unframe.opset import is_default_domain
+
+if TYPE_CHECKING:
+    from onnx.defs import OpSchema
 
 
 def _collect(graph: onnx.GraphProto, found: dict[str, onnx.TypeProto]) -> None:
@@ -290,3 +296,50 @@ def infer_dtypes(model: ir.Model) -> dict[str, int]:
                     graphs.append(attr.g)
                 graphs.extend(attr.graphs)
     return out
+
+
+def type_string(type_: ir.TypeProtocol | None) -> str | None:
+    """The ONNX type string ("tensor(float)", "seq(tensor(int64))") of an onnx-ir type."""
+    if type_ is None:
+        return None
+    if isinstance(type_, ir.TensorType):
+        return f"tensor({type_.dtype.name.lower()})" if type_.dtype is not None else None
+    if isinstance(type_, ir.SequenceType):
+        inner = type_string(type_.elem_type)
+        return None if inner is None else f"seq({inner})"
+    if isinstance(type_, ir.OptionalType):
+        inner = type_string(type_.elem_type)
+        return None if inner is None else f"optional({inner})"
+    if isinstance(type_, ir.SparseTensorType):
+        return f"sparse_tensor({type_.dtype.name.lower()})"
+    return None
+
+
+def allowed_types(schema: OpSchema, params: Any, index: int) -> frozenset[str] | None:
+    """The type strings ``schema`` allows for formal parameter ``index`` of ``params`` (its inputs or
+    outputs); None when unknown or out of range."""
+    if not params:
+        return None
+    param = params[min(index, len(params) - 1)]
+    if index >= len(params) and param.option.value != 2:  # not variadic: out of range, count check reports it
+        return None
+    for tc in schema.type_constraints:
+        if tc.type_param_str == param.type_str:
+            return frozenset(tc.allowed_type_strs)
+    return frozenset([param.type_str])
+
+
+def check_types(node: ir.Node, schema: OpSchema) -> list[str]:
+    problems = []
+    for kind, values, params in (("input", node.inputs, schema.inputs), ("output", node.outputs, schema.outputs)):
+        for i, v in enumerate(values):
+            if v is None:
+                continue
+            ts = type_string(v.type)
+            allowed = allowed_types(schema, params, i)
+            if ts is None or allowed is None:
+                continue
+            if ts not in allowed:
+                problems.append(f"{kind} {i} has type {ts}, which {schema.name}-{schema.since_version} "
+                                f"does not allow (allowed: {', '.join(sorted(allowed))})")
+    return problems

@@ -24,6 +24,7 @@ from unframe.errors import Blocker
 from unframe.version_converter.context import Refused, Step
 from unframe.version_converter.expand import expand
 from unframe.version_converter.registry import TYPE_FREE, AdapterKey, adapter_table
+from unframe.version_converter.types import allowed_types
 
 CONVERTED_DOMAINS = ("", facts.ML_DOMAIN)
 
@@ -391,7 +392,7 @@ def _types_widen(domain: str, op: str, frm: int, to: int, n_in: int, n_out: int)
         return False
     for n, old_params, new_params in ((n_in, old.inputs, new.inputs), (n_out, old.outputs, new.outputs)):
         for i in range(n):
-            before, after = generic.allowed_types(old, old_params, i), generic.allowed_types(new, new_params, i)
+            before, after = allowed_types(old, old_params, i), allowed_types(new, new_params, i)
             if after is not None and (before is None or not before <= after):
                 return False
     return True

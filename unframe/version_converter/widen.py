@@ -92,7 +92,7 @@ def _type_str(dtype: ir.DataType) -> str:
 
 def _allows(op: str, opset: int, index: int, *dtypes: ir.DataType) -> bool:
     """Whether ``op`` at ``opset`` takes every one of ``dtypes`` as its input ``index``."""
-    from unframe.version_converter.generic import allowed_types
+    from unframe.version_converter.types import allowed_types
 
     schema = facts.schema_at(op, opset)
     if schema is None:
@@ -158,7 +158,7 @@ def _param_of(params: Sequence[Any], index: int) -> str | None:
 def _bad_params(node: ir.Node, step: Step) -> dict[str, ir.DataType] | None:
     """The target's type parameters whose bound dtype it does not allow -> that dtype; None when
     a value has no parameter of the schema or one parameter is bound to two dtypes."""
-    from unframe.version_converter.generic import allowed_types
+    from unframe.version_converter.types import allowed_types
 
     schema = step.to_schema
     bound: dict[str, ir.DataType] = {}

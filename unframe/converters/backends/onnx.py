@@ -170,7 +170,7 @@ def fit_halves(model: ir.Model, may_raise: bool) -> tuple[int | None, list[str]]
 
 def half_refusals(model: ir.Model, opset: int) -> list[ir.Node]:
     """Nodes with a bfloat16/float16 input or output that their schema at ``opset`` refuses."""
-    from unframe.version_converter.generic import allowed_types
+    from unframe.version_converter.types import allowed_types
 
     refused = []
     for node in ir.traversal.RecursiveGraphIterator(model.graph):

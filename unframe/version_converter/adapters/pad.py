@@ -24,9 +24,9 @@ import onnx_ir as ir
 
 import unframe.version_converter.dynamic as dyn
 from unframe.version_converter.context import Step
-from unframe.version_converter.generic import check_types
 from unframe.version_converter.moves import drop_inputs_from, dtype_of, input_value, require_types
 from unframe.version_converter.registry import adapter
+from unframe.version_converter.types import check_types
 
 INT64_MAX = np.iinfo(np.int64).max
 
