@@ -329,8 +329,8 @@ def test_work_after_a_failed_parity_is_bounded_by_the_parity_time_limit():
         return "finished"
 
     started = time.monotonic()
-    assert pl._in_parity_time(flow, "planning which nodes to keep in float32", slow) is None
+    assert pl.in_parity_time(flow, "planning which nodes to keep in float32", slow) is None
     assert time.monotonic() - started < 2
     assert flow.notes and "stopped at the parity time limit (0.3 s)" in flow.notes[0]
-    assert pl._in_parity_time(flow, "measuring", lambda: "quick") == "quick"
+    assert pl.in_parity_time(flow, "measuring", lambda: "quick") == "quick"
     assert len(flow.notes) == 1
