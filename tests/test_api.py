@@ -75,8 +75,8 @@ def test_explain_plans_without_writing(mlp_path: Path, tmp_path: Path):
 def test_large_models_get_external_data(mlp_path: Path, tmp_path: Path, monkeypatch):
     """Above the protobuf limit weights go to a .data file beside the model (threshold lowered
     here so the test needn't allocate 2 GB; the code path is the same)."""
-    monkeypatch.setattr(io, "EXTERNAL_DATA_THRESHOLD", 10)
-    monkeypatch.setattr(io, "EXTERNAL_TENSOR_MIN_BYTES", 0)
+    monkeypatch.setattr(io.external, "EXTERNAL_DATA_THRESHOLD", 10)
+    monkeypatch.setattr(io.external, "EXTERNAL_TENSOR_MIN_BYTES", 0)
     out = tmp_path / "big.onnx"
     unframe.convert(mlp_path, output=out)
     assert (tmp_path / "big.onnx.data").is_file()

@@ -40,8 +40,8 @@ def _run(path: Path) -> tuple[np.ndarray, np.ndarray]:
 
 @pytest.fixture
 def small_thresholds(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(io, "TOOL_INLINE_BYTES", 100)
-    monkeypatch.setattr(io, "EXTERNAL_TENSOR_MIN_BYTES", 100)
+    monkeypatch.setattr(io.external, "TOOL_INLINE_BYTES", 100)
+    monkeypatch.setattr(io.external, "EXTERNAL_TENSOR_MIN_BYTES", 100)
 
 
 def test_weights_in_a_private_folder_are_read_where_they_lie(small_thresholds):
@@ -110,7 +110,7 @@ def test_the_model_is_restored_and_nothing_left_when_writing_fails(small_thresho
 def test_stand_ins_are_zeros_in_a_sparse_file_and_nothing_is_read(tmp_path, small_thresholds, monkeypatch):
     """For a verdict (TensorRT's parser on a check): float weights past STAND_IN_BYTES are zeros
     of their shape and type in a file of holes; the user's weight is never read."""
-    monkeypatch.setattr(io, "STAND_IN_BYTES", 1024)
+    monkeypatch.setattr(io.external, "STAND_IN_BYTES", 1024)
     path, w, b = _external_model(tmp_path)
     model = ir.load(path)
     reads: list[str] = []

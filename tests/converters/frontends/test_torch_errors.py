@@ -109,8 +109,8 @@ def test_weights_past_the_threshold_go_to_external_data(exporter: str, tmp_path:
     neither: the result is what was checked."""
     import unframe
 
-    monkeypatch.setattr(io, "EXTERNAL_DATA_THRESHOLD", 1000)
-    monkeypatch.setattr(io, "EXTERNAL_TENSOR_MIN_BYTES", 256)
+    monkeypatch.setattr(io.external, "EXTERNAL_DATA_THRESHOLD", 1000)
+    monkeypatch.setattr(io.external, "EXTERNAL_TENSOR_MIN_BYTES", 256)
     torch.manual_seed(0)
     mlp = torch.nn.Sequential(torch.nn.Linear(4, 64), torch.nn.ReLU(), torch.nn.Linear(64, 3))
     x = x4()

@@ -362,7 +362,7 @@ def test_large_weights_reach_the_parser_in_external_data(backend, tmp_path, monk
             handed.append(sorted(p.name for p in path.parent.iterdir()))
             yield path
 
-    monkeypatch.setattr(io, "TOOL_INLINE_BYTES", 1000)
+    monkeypatch.setattr(io.external, "TOOL_INLINE_BYTES", 1000)
     monkeypatch.setattr(io, "tool_file", spy)
     tgt = target(sample_shapes={"x": (2, 3, 16, 16)})
     engine, meta = convert_and_write(backend, cnn_model(), tgt, tmp_path)
