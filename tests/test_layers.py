@@ -354,12 +354,12 @@ def test_layers_are_written_in_the_architecture_doc():
     marker = "<!-- layers -->"
     assert marker in text, f"docs/architecture.md lacks the {marker} line the order follows"
     order = text.split(marker, 1)[1].split("\n\n", 1)[0]
-    seen = [order.find(f"`{p or PACKAGE}`") for layer in LAYERS for p in layer]
     missing = [p or PACKAGE for layer in LAYERS for p in layer if f"`{p or PACKAGE}`" not in order]
     assert missing == [], f"docs/architecture.md's layer order doesn't name {missing}"
     firsts = [min(order.find(f"`{p or PACKAGE}`") for p in layer) for layer in LAYERS]
     lasts = [max(order.find(f"`{p or PACKAGE}`") for p in layer) for layer in LAYERS]
-    assert all(lasts[i] < firsts[i + 1] for i in range(len(LAYERS) - 1)), (seen, LAYERS)
+    wrong = [(_layer_name(i), _layer_name(i + 1)) for i in range(len(LAYERS) - 1) if lasts[i] > firsts[i + 1]]
+    assert wrong == [], f"docs/architecture.md names these layers out of LAYERS' order: {wrong}"
 
 
 # -- the checker itself --------------------------------------------------------------------------

@@ -8,9 +8,11 @@ error along the path, and writes a minimal repro (an ONNX file of <= 5 nodes aro
 and the .npz inputs that reproduce the mismatch on their own).
 
 Pieces, each with one job:
-- ``taps.py``: a ``Tap`` gives intermediate values by ONNX value name for one stage's runtime
-  (onnxruntime with every intermediate as an output; the MIL evaluator through the translation's
-  value map); ``torch_tap.py`` and ``keras_tap.py`` do it for the source frameworks.
+- ``taps.py``: a ``Tap`` (``unframe.validate.intermediates``) gives intermediate values by ONNX
+  value name for one stage's runtime (onnxruntime with every intermediate as an output; a runner
+  that reads its own, such as the CoreML runner through the translation's value map). The
+  locator sees runners, not backends: ``taps.py`` maps a runner, or a frontend's class, to its
+  tap; ``torch_tap.py``, ``keras_tap.py`` and ``sklearn_tap.py`` are the source frameworks'.
 - ``search.py``: ``find_divergence(graph, reference, candidate, feeds, ...) -> Divergence``.
 - ``bisect.py``: for a runtime that changes when intermediates are marked (TensorRT), one value at
   a time at layer boundaries, in ceil(log2 N) builds.
