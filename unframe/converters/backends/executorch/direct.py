@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import operator
 import re
 import time
 import weakref
@@ -49,7 +50,9 @@ REFUSED_HINT = "run `unframe check --to executorch` for the list; --debug shows 
 # lowering again with one more op excepted from the Core ATen check: at most this many rounds
 MAX_EXCEPTION_ROUNDS = 12
 _NON_CORE = re.compile(r"_core_aten_ops_exception_list=\[torch\.ops\.([\w.]+)\]")
-_NOT_OPS = {"getitem", "executorch_call_delegate", "alloc"}
+# not operator kernels: the graph's bookkeeping, and Python's own arithmetic on symbolic sizes
+_NOT_OPS = {"getitem", "executorch_call_delegate", "alloc", *dir(operator)}
+NOTE_OPS = 8  # portable ops named in the note (the sidecar has them all)
 NO_KERNEL_HINT = "avoid the op in the model, or build an ExecuTorch runtime with a kernel for it"
 
 
@@ -562,19 +565,24 @@ def delegation_summary(edge: Any) -> dict[str, Any]:
 
     info = get_delegation_info(edge.exported_program().graph_module)
     by_op = info.delegation_by_operator
-    portable = {op: b.non_delegated for op, b in sorted(by_op.items())
-                if b.non_delegated and op not in _NOT_OPS}
-    delegated = {op: b.delegated for op, b in sorted(by_op.items()) if b.delegated and op not in _NOT_OPS}
+    portable = {op: b.non_delegated for op, b in sorted(by_op.items()) if b.non_delegated and _is_op(op)}
+    delegated = {op: b.delegated for op, b in sorted(by_op.items()) if b.delegated and _is_op(op)}
     return {"backend": DELEGATE, "subgraphs": int(info.num_delegated_subgraphs),
             "delegated_nodes": sum(delegated.values()), "portable_nodes": sum(portable.values()),
             "delegated_ops": delegated, "portable_ops": portable}
+
+
+def _is_op(name: str) -> bool:
+    return name not in _NOT_OPS and not name.startswith("sym_")
 
 
 def delegation_note(d: Mapping[str, Any]) -> str:
     total = d["delegated_nodes"] + d["portable_nodes"]
     if not d["portable_ops"]:
         return f"XNNPACK runs all {total} operator nodes ({d['subgraphs']} delegated subgraphs)"
-    left = ", ".join(f"{op} x{n}" for op, n in Counter(d["portable_ops"]).most_common())
+    ops = Counter(d["portable_ops"]).most_common()
+    left = ", ".join(f"{op} x{n}" for op, n in ops[:NOTE_OPS])
+    left += f" and {len(ops) - NOTE_OPS} more ops" if len(ops) > NOTE_OPS else ""
     return (f"XNNPACK runs {d['delegated_nodes']} of {total} operator nodes ({d['subgraphs']} "
             f"subgraphs); portable kernels run the rest: {left}")
 

@@ -66,6 +66,19 @@ def quiet() -> Iterator[io.StringIO]:
             lg.setLevel(level)
 
 
+@contextlib.contextmanager
+def run_log() -> Iterator[io.StringIO]:
+    """Around a method's execution: only Python's ``sys.stderr`` (where the runtime writes a
+    failed check's lines) is caught, which costs microseconds; ``quiet`` also moves fd 2 to a
+    temporary file, about 0.3 ms a call (measured on the tiny CNN: 0.43 ms against 0.09 ms)."""
+    log = io.StringIO()
+    if native_logs.debug_enabled():
+        yield log
+        return
+    with contextlib.redirect_stderr(log):
+        yield log
+
+
 # the runtime's log lines that say why a method failed (the exception says only "error 0x12")
 _WHY = ("Check failed", "KernelCall failed", "Attempted to resize", "Missing operator", "failed")
 
@@ -131,7 +144,7 @@ class ExecuTorchRunner(Runner):
         import torch
 
         values = self._method_inputs(feeds)
-        with quiet() as log:
+        with run_log() as log:
             try:
                 outs = self._method.execute(values)
             except RuntimeError as exc:
