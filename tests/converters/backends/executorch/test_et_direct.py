@@ -76,7 +76,7 @@ def test_shapes_option_widens_the_bound(cnn: Prepared, tmp_path: Path) -> None:
 
 def test_static_option_fixes_the_batch(cnn: Prepared, tmp_path: Path) -> None:
     artifact, target = convert(cnn, tmp_path, static=True)
-    assert artifact.metadata["inputs"][0]["shape"] == [3, 3, 16, 16]  # the traced probe's batch
+    assert artifact.metadata["inputs"][0]["shape"] == [1, 3, 16, 16]  # the samples
     assert artifact.metadata["bounds"] == {}
 
 
@@ -154,6 +154,25 @@ def test_hf_text_model(tmp_path: Path) -> None:
     longer = {"input_ids": torch.randint(0, 120, (2, 17), generator=g).numpy(),
               "attention_mask": np.ones((2, 17), dtype=np.int64)}
     assert parity(p, artifact, target, [longer]).status == "passed"
+
+
+class AntialiasResize(torch.nn.Module):
+    """ExecuTorch 1.5's portable kernel for antialiased bilinear resizing doesn't resize its output
+    to a dynamic batch: a program dynamic in the batch fails at any other batch than the traced."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.interpolate(x, size=(5, 5), mode="bilinear", antialias=True) * 3
+
+
+def test_program_that_fails_dynamic_is_built_static(tmp_path: Path) -> None:
+    p = prepare(AntialiasResize(), images(1, size=12))
+    assert p.inputs.dynamic  # the frontend proved the batch axis: eager torch runs any batch
+    artifact, target = convert(p, tmp_path)
+    assert "failed to run at the samples' sizes" in artifact.notes[0]
+    assert "_upsample_bilinear2d_aa" in artifact.notes[0]
+    assert artifact.metadata["bounds"] == {} and artifact.metadata["inputs"][0]["shape"] == [1, 3, 12, 12]
+    result = parity(p, artifact, target, p.feeds[:1])  # the samples: the static program's shape
+    assert result.status == "passed", result.reason
 
 
 class Inverse(torch.nn.Module):

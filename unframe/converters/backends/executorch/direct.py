@@ -173,12 +173,20 @@ def lower(native: Any, example: Any, target: Target, output_names: Sequence[str]
     if manager is None:
         return lowered
     lowered.blockers += missing_kernels(manager)
-    if not lowered.blockers:
-        lowered.manager = manager
+    if lowered.blockers:
+        return lowered
+    lowered.manager = manager
     if precision == "fp16":
         lowered.notes.append("float16 weights and compute (a float16 copy of the model); inputs "
                              "and outputs keep their types")
-    return lowered
+    failure = _dynamic_failure(manager, lowered.record, example) if lowered.record["bounds"] else ""
+    if not failure:
+        return lowered
+    fixed = lower(native, example, Target(target.name, target.opset, {**target.options, "static": True}),
+                  output_names)
+    fixed.notes.insert(0, f"the program with dynamic dims failed to run at the samples' sizes "
+                          f"({failure}): built with the samples' static shapes instead")
+    return fixed
 
 
 def _ensure_installed() -> None:
@@ -222,7 +230,9 @@ def _export(native: Any, example: Any, target: Target, precision: str, lowered: 
                                              "programs are built from a CPU model",
                                         hint="move the model to the CPU (model.cpu()) first"))
         return None
-    args, kwargs = export_example(example)
+    # static: the samples as they are; else the inputs the frontend traces with (a batch of 1
+    # grown to 2: torch.export would specialize a size of 1)
+    args, kwargs = (example.args, example.kwargs) if target.get("static") else export_example(example)
     wrapper = wrap(fn, precision == "fp16")
     shapes = None if target.get("static") else dynamic_shapes(example, _requested_bounds(example, target))
     try:
@@ -441,7 +451,7 @@ def _outputs(program: Any, given: Sequence[str] | None) -> list[dict[str, Any]]:
 
 def _static_notes(example: Any, record: Mapping[str, Any], target: Target) -> list[str]:
     if target.get("static"):
-        return ["static shapes (--static): the program takes the sample shapes only"] if example.dynamic else []
+        return ["static shapes: the program takes the samples' shapes only"] if example.dynamic else []
     kept = {t["name"]: t["shape"] for t in record["inputs"]}
     fixed = [f"{name}:{axis}" for name, axes in example.dynamic.items() for axis in axes
              if name in kept and not isinstance(kept[name][axis], str)]
@@ -455,6 +465,30 @@ def _static_notes(example: Any, record: Mapping[str, Any], target: Target) -> li
     return notes
 
 
+# -- the dynamic program, tried ----------------------------------------------------------------
+def _dynamic_failure(manager: Any, record: Mapping[str, Any], example: Any) -> str:
+    """Why the program can't run the samples (or the traced inputs), "" when it runs both. Some
+    portable kernels don't resize their outputs to a dynamic size (an ``arange`` planned as static
+    at the traced batch, antialiased bilinear resizing): such a program is only good at the size
+    it was traced at, so ``lower`` builds it static instead. Only whether it runs is asked here;
+    its numbers are parity's."""
+    from unframe.converters.backends.executorch.runner import failure_lines
+    from unframe.converters.frontends._torch.inputs import export_example
+
+    sets = [dict(zip(example.names, example.tensor_leaves(), strict=False)),
+            dict(zip(example.names, _tensor_leaves(export_example(example)), strict=False))]
+    with quiet() as log:
+        method = runtime().load_program(bytes(manager.buffer)).load_method(METHOD)
+        for tensors in sets:
+            values = [tensors[leaf["input"]].detach().clone() if "input" in leaf else leaf.get("value")
+                      for leaf in record["leaves"]]
+            try:
+                method.execute(values)
+            except RuntimeError as exc:
+                return failure_lines(log) or _first_line(exc)
+    return ""
+
+
 # -- edge and the program ----------------------------------------------------------------------
 def _to_edge(program: Any, lowered: Lowered) -> Any:
     """The edge program with XNNPACK's partitions; ops outside the Core ATen opset that the
@@ -464,12 +498,15 @@ def _to_edge(program: Any, lowered: Lowered) -> Any:
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
 
+    from unframe.converters.frontends._torch.export import math_attention
+
     excepted: list[Any] = []
     partitioner: list[Any] | None = [XnnpackPartitioner()]
     for _ in range(MAX_EXCEPTION_ROUNDS):
         config = EdgeCompileConfig(_core_aten_ops_exception_list=list(excepted))
         try:
-            with quiet(), torch.no_grad():
+            # the decompositions trace attention again: with the math kernel's layout, as the export
+            with quiet(), math_attention(), torch.no_grad():
                 edge = to_edge_transform_and_lower(program, partitioner=partitioner, compile_config=config)
         except Exception as exc:  # noqa: BLE001 - sorted below
             op = _non_core_op(exc)
