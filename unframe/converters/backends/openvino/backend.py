@@ -79,12 +79,14 @@ class OpenVINOBackend(Backend):
         from unframe import io
         from unframe.converters.backends.openvino.importer import import_onnx
         from unframe.converters.backends.openvino.prepare import prepare
+        from unframe.converters.backends.openvino.runtime import quiet_openvino
 
         cached = _IMPORTS.get(model)
         if cached is not None:
             return cached
         prepared, notes = prepare(model)
-        with io.tool_file(prepared) as path:
+        # one capture of OpenVINO's logs for the whole import (each costs fd and logger changes)
+        with quiet_openvino(), io.tool_file(prepared) as path:
             imported = import_onnx(prepared, path)
         imported.notes = notes
         _IMPORTS[model] = imported
@@ -92,11 +94,17 @@ class OpenVINOBackend(Backend):
 
     # -- convert ------------------------------------------------------------------------------
     def convert(self, model: ir.Model, target: Target, workdir: Path) -> Artifact:
-        from unframe.converters.backends.openvino.shapes import apply_shapes, plan_shapes
-        from unframe.converters.backends.openvino.weights import marked_fp32
+        from unframe.converters.backends.openvino.runtime import quiet_openvino
 
         self.ensure_available()
         precision = _precision(target)
+        with quiet_openvino():
+            return self._convert(model, target, Path(workdir), precision)
+
+    def _convert(self, model: ir.Model, target: Target, workdir: Path, precision: str) -> Artifact:
+        from unframe.converters.backends.openvino.shapes import apply_shapes, plan_shapes
+        from unframe.converters.backends.openvino.weights import marked_fp32
+
         imported = self._import(model)
         _IMPORTS.pop(model, None)  # the converted model is changed below: a retry imports again
         blockers = imported.blockers + option_blockers(model, target)
@@ -111,7 +119,7 @@ class OpenVINOBackend(Backend):
             notes.append(f"weights kept in fp32: {marked} node(s) of the graph are marked to stay in "
                          "float32 (after an fp16 parity failure, or a graph pinned to float32)")
         outputs = [{"name": v.name, "dtype": _np_name(v.dtype)} for v in model.graph.outputs]
-        return finish(converted, target, Path(workdir), outputs, notes, fp16_weights=not marked)
+        return finish(converted, target, workdir, outputs, notes, fp16_weights=not marked)
 
     # -- run ----------------------------------------------------------------------------------
     def runner(self, artifact: Artifact, target: Target) -> Runner:
@@ -196,6 +204,7 @@ def finish(converted: Any, target: Target, workdir: Path, outputs: list[dict[str
     if compress:
         notes.append("weights stored as fp16 (OpenVINO's default compression; --precision fp32 keeps "
                      "fp32); parity ran them with INFERENCE_PRECISION_HINT f32")
+    meta["unframe.backend_notes"] = json.dumps(notes)  # what this backend rewrote, kept in the IR
     artifact = Artifact(kind="openvino", model=saved, path=xml, metadata=meta, notes=notes)
     set_rt_info(saved, meta)
     return artifact

@@ -91,7 +91,7 @@ def _node_blockers(model: ir.Model, name: str, reason: str) -> list[Blocker]:
     domain, op = _split_op(name)
     nodes = [n for n in ir.traversal.RecursiveGraphIterator(model.graph)
              if n.op_type == op and (n.domain or "") in _domains(domain)]
-    hint = "" if reason != HINT_NO_RULE else "see docs/support.md; lower or replace the op in the model"
+    hint = "" if reason != HINT_NO_RULE else "no route converts it for OpenVINO: replace the op in the model"
     if not nodes:
         return [Blocker(op, reason, domain=domain, hint=hint)]
     return [Blocker(op, reason, n.name or "", n.domain or "", hint) for n in nodes]

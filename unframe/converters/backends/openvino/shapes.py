@@ -101,7 +101,17 @@ def apply_shapes(converted: Any, shapes: Mapping[str, Sequence[Dim]]) -> list[st
         if shape != port.get_partial_shape():
             wanted[port] = shape
     if wanted:
-        converted.reshape(wanted)
+        from unframe.converters.backends.openvino.runtime import first_line
+        from unframe.errors import UnsupportedError
+
+        try:
+            converted.reshape(wanted)
+        except Exception as exc:  # a shape the graph's own shape inference rejects
+            shown = ", ".join(f"{p.get_any_name()}{s}" for p, s in wanted.items())
+            raise UnsupportedError(f"OpenVINO can't give the inputs the shapes {shown}",
+                                   "check --dim/--static against the model's input shapes",
+                                   blockers=[Blocker("input", f"reshape to {shown} failed: {first_line(exc)}")]
+                                   ) from exc
     dynamic = [f"{p.get_any_name()}{p.get_partial_shape()}" for p in converted.inputs
                if p.get_partial_shape().is_dynamic]
     return [f"dynamic input dims as OpenVINO partial shapes: {', '.join(dynamic)}"] if dynamic else []
