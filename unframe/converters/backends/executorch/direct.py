@@ -15,8 +15,12 @@ are the flattened leaves in the order of ``ModelInputs.leaves()`` whatever the f
 signature. Each dynamic axis gets ``Dim.AUTO`` with bounds: ExecuTorch plans memory for the
 largest shape, so an unbounded dim would silently be planned at its trace size. The bounds are
 ``--shapes`` where given, else 1 to ``max(2 * sample, 8)`` (the TensorRT backend's rule), and
-what torch.export kept of them is recorded in the sidecar. ``precision="fp16"`` exports a
-float16 copy of the model behind casts: inputs and outputs keep their types.
+what torch.export kept of them is recorded in the sidecar. A program with dynamic dims is run
+once on the samples and on the traced inputs before it is accepted: some portable kernels don't
+resize their outputs to a dynamic size; such a model, and one a step refuses with dynamic dims
+(ExecuTorch's emitter on some views), is built with the samples' static shapes instead (a note
+says why). ``precision="fp16"`` exports a float16 copy of the model
+behind casts: inputs and outputs keep their types.
 
 Every refusal is an ``UnsupportedError`` (exit 4) listing all blockers found: torch.export's
 failure, ops outside the Core ATen opset that no kernel of this runtime implements (each one,
@@ -58,8 +62,8 @@ NO_KERNEL_HINT = "avoid the op in the model, or build an ExecuTorch runtime with
 
 @dataclass
 class Lowered:
-    """A lowering's product: the program manager (its bytes not made yet), the I/O record, what
-    XNNPACK took, the notes, and the blockers (the rest is None when there are any)."""
+    """A lowering's product: the program manager, the I/O record, what XNNPACK took, the notes,
+    and the blockers (no manager when there are any)."""
 
     blockers: list[Blocker] = field(default_factory=list)
     manager: Any = None
@@ -67,6 +71,7 @@ class Lowered:
     delegation: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
+    failure: str = ""  # why the program with dynamic dims can't run the samples
 
 
 # the lowering a check made, for the convert after it: keyed by the model (weakly), the inputs
@@ -145,13 +150,29 @@ def _options_key(target: Target, output_names: Sequence[str] | None) -> str:
 # ------------------------------------------------------------------------------ the lowering --
 def lower(native: Any, example: Any, target: Target, output_names: Sequence[str] | None = None
           ) -> Lowered:
-    """export -> edge + XNNPACK -> ExecuTorch program (not serialized); blockers instead where a
-    step refuses."""
+    """export -> edge + XNNPACK -> ExecuTorch program; blockers instead where a step refuses.
+    Where the program with dynamic dims fails (a step refuses it, or it can't run the samples),
+    it is built again with the samples' static shapes, and a note says why."""
     _ensure_installed()
     precision = str(target.get("precision") or "fp32").lower()
     if precision not in PRECISIONS:
         return Lowered([Blocker("*", f"precision {precision!r} is not one of {', '.join(PRECISIONS)}",
                                 hint="use --precision fp32 or fp16")])
+    first = _lower_once(native, example, target, output_names, precision)
+    if target.get("static") or not example.dynamic or not (first.blockers or first.failure):
+        return first
+    static = _lower_once(native, example, Target(target.name, target.opset, {**target.options, "static": True}),
+                         output_names, precision)
+    if static.blockers:
+        return static  # the simplest program refused too: its reasons are the model's
+    why = first.failure or str(first.blockers[0].reason)
+    static.notes.insert(0, f"the program with dynamic dims failed ({why}): built with the samples' "
+                           "static shapes instead")
+    return static
+
+
+def _lower_once(native: Any, example: Any, target: Target, output_names: Sequence[str] | None,
+                precision: str) -> Lowered:
     lowered = Lowered()
     started = time.perf_counter()
     program = _export(native, example, target, precision, lowered)
@@ -175,18 +196,15 @@ def lower(native: Any, example: Any, target: Target, output_names: Sequence[str]
     lowered.blockers += missing_kernels(manager)
     if lowered.blockers:
         return lowered
+    if lowered.record["bounds"]:
+        lowered.failure = _dynamic_failure(manager, lowered.record, example)
+        if lowered.failure:
+            return lowered
     lowered.manager = manager
     if precision == "fp16":
         lowered.notes.append("float16 weights and compute (a float16 copy of the model); inputs "
                              "and outputs keep their types")
-    failure = _dynamic_failure(manager, lowered.record, example) if lowered.record["bounds"] else ""
-    if not failure:
-        return lowered
-    fixed = lower(native, example, Target(target.name, target.opset, {**target.options, "static": True}),
-                  output_names)
-    fixed.notes.insert(0, f"the program with dynamic dims failed to run at the samples' sizes "
-                          f"({failure}): built with the samples' static shapes instead")
-    return fixed
+    return lowered
 
 
 def _ensure_installed() -> None:
