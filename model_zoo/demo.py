@@ -64,9 +64,11 @@ MODELS: list[tuple[str, str, Callable[[], tuple[Any, Any]]]] = [
 
 
 def _other_backends(out_dir: Path, frameworks: tuple[str, ...]) -> None:
-    """The torch model again, to ONNX, a Core ML package (checked with the MIL evaluator) and a
-    TensorRT engine (parsed and built on the CPU; running it needs a GPU, and the report says so)
-    in one call: the export is shared, each target gets its own opset, one report lists all."""
+    """The torch model again, to every target installed here in one call: ONNX, a Core ML package
+    (checked with the MIL evaluator), a TensorRT engine (parsed and built on the CPU; running it
+    needs a GPU, and the report says so) and an OpenVINO IR through the shared ONNX export, a
+    .tflite (litert-torch) and an ExecuTorch .pte converted from the module itself: each
+    artifact run here and checked against torch or the graph it came from, one report lists all."""
     import unframe
     from unframe.route import parse_targets
 

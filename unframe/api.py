@@ -173,7 +173,8 @@ class MultiCheck:
         return [b for r in self.results.values() for b in r.blockers]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"ok": bool(self), "targets": {k: r.to_dict() for k, r in self.results.items()}}
+        return {"ok": bool(self), "targets": {k: r.to_dict() for k, r in self.results.items()},
+                "notes": list(self.route.notes)}
 
 
 # -------------------------------------------------------------------------- public API -------
@@ -274,7 +275,9 @@ def _result(route: Route, branch: Branch, flow: pl.Flow) -> ConversionResult:
     if not flow.written and artifact is not None and artifact.path is not None:
         flow.keep_workdir = True  # no output asked: the caller gets the artifact from there
     flow.cleanup()
-    prov = {k: v for k, v in artifact.metadata.items() if isinstance(v, str)} if artifact else {}
+    # the same keys whatever the artifact keeps them as (TFLite metadata names them unframe.<key>)
+    prov = {k.removeprefix("unframe."): v for k, v in artifact.metadata.items()
+            if isinstance(v, str)} if artifact else {}
     if artifact is not None and isinstance(artifact.metadata.get("provenance"), dict):
         prov = dict(artifact.metadata["provenance"])
     return ConversionResult(artifact, branch.output if flow.written else None, flow.report, route,
@@ -327,6 +330,10 @@ def check(source: Any, *, from_: str | None = None, to: str | list[str] = "onnx"
 
 
 def _check_branch(route: Route, branch: Branch, flow: pl.Flow) -> CheckResult:
+    if branch.direct:  # the backend's own check on the native model, as its convert will see it
+        fe = route.load.frontend
+        blockers = pl.check_direct(branch.backend, fe, pl.prepared_for(flow), branch.target)
+        return CheckResult(route, blockers, target=branch.name)
     model = flow.model
     if branch.opset and _main_opset(model) != branch.opset:
         from unframe import version_converter

@@ -144,22 +144,32 @@ class Request:
     write: bool = True  # False: plan the stages only up to the backend's check (unframe check)
 
 
-def parse_targets(to: str | list[str] | tuple[str, ...]) -> list[str]:
+class TargetNames(list):  # type: ignore[type-arg]
+    """Backend names, and which of them only ``all`` asked for (``implied``): the planner drops
+    those no route reaches from the source (ExecuTorch from a Keras model), with a note."""
+
+    implied: frozenset[str] = frozenset()
+
+
+def parse_targets(to: str | list[str] | tuple[str, ...]) -> TargetNames:
     """``"onnx,coreml"``, a list, or ``"all"`` (every backend usable here) as backend names;
     an unknown name is a usage error listing the valid ones."""
     names = [t for t in (to.split(",") if isinstance(to, str) else list(to)) if str(t).strip()]
     if not names:
         raise UsageError("no target given", f"use --to with one or more of: {_backend_list()}")
-    out: list[str] = []
+    out = TargetNames()
+    named: set[str] = set()
     for raw in names:
         name = canonical_target(str(raw))
         if name == "all":
             chosen = [n for n, be in BACKENDS.items() if be.available()]
         elif name in BACKENDS:
             chosen = [name]
+            named.add(name)
         else:
             raise UsageError(f"unknown target {str(raw).strip()!r}", f"choose from: {_backend_list()}, all")
         out.extend(n for n in chosen if n not in out)
+    out.implied = frozenset(n for n in out if n not in named)
     return out
 
 
@@ -177,6 +187,7 @@ class Branch:
     opset: int | None  # the ONNX opset handed to the backend (None: whatever the graph has)
     output: Path | None
     stages: list[pl.Stage] = field(default_factory=list)
+    direct: bool = False  # the backend converts the source framework's model itself (no ONNX)
 
     @property
     def name(self) -> str:
@@ -232,6 +243,7 @@ class Route:
                 "opset_path": self.opset_path,
                 "stages": [s.to_dict() for s in self.stages],
                 "branches": {b.name: {"opset": b.opset, "opset_path": self.opset_path_of(b),
+                                      "via": "direct" if b.direct else "onnx",
                                       "output": str(b.output) if b.output else None,
                                       "stages": [s.to_dict() for s in b.stages]}
                              for b in self.branches},
@@ -246,7 +258,8 @@ class Route:
         single = len(self.branches) == 1
         for b in self.branches:
             if not single:
-                lines.append(f"  {b.name}" + (f" (opset {b.opset})" if b.opset else "") + ":")
+                via = " (direct, no ONNX)" if b.direct else (f" (opset {b.opset})" if b.opset else "")
+                lines.append(f"  {b.name}{via}:")
             m = n
             for s in b.stages:
                 m += 1
@@ -260,15 +273,19 @@ class Route:
 
 # ----------------------------------------------------------------------------- planning -----
 GENERIC_OPTIONS = ("sample_shapes", "ml_to_tensor", "tree_strategy", "max_memory",
-                   "parity_timeout")  # read by the pipeline itself
+                   "parity_timeout", "via")  # read by the pipeline itself
+VIAS = ("onnx", "direct")
 
 
 def plan(request: Request) -> Route:
     """The stages a conversion (or a check) will run, for every target of the request."""
     src = request.source
     fe = detect_frontend(src, request.from_)
-    backends = [get_backend(t) for t in request.targets]
+    implied = getattr(request.targets, "implied", frozenset())
+    unreachable = [t for t in request.targets if t in implied and not get_backend(t).reachable_from(fe.name)]
+    backends = [get_backend(t) for t in request.targets if t not in unreachable]
     check_options(request.settings.options, fe, backends)
+    direct = [_goes_direct(be, fe, request.settings.options.get("via")) for be in backends]
     single = len(backends) == 1
     if request.opset is not None and all(be.canonical_opset is not None for be in backends):
         for be in backends:  # no target takes --opset: each says which opset it works at
@@ -276,29 +293,75 @@ def plan(request: Request) -> Route:
     targets = [_target(be, request) for be in backends]
     opsets = [be.pick_opset(t, request.opset) for be, t in zip(backends, targets, strict=True)]
     source_opset = peek_opset(src) if not fe.exports else None
-    known = [o for o in opsets if o]
+    known = [o for o, d in zip(opsets, direct, strict=True) if o and not d]
+    exports = fe.exports and not all(direct)  # a route of direct branches only never exports
     export_opset = None
-    if fe.exports:
+    if exports:
         export_opset = fe.closest_opset(max(known)) if known else fe.default_opset()
     route = Route(fe.name, source_opset, export_opset)
-    route.ml = ml_plan(src, fe, backends, request)
+    via_onnx = [be for be, d in zip(backends, direct, strict=True) if not d]
+    route.ml = ml_plan(src, fe, via_onnx, request)
     validate = request.settings.validate
     route.prefix.append(pl.LoadStage(fe, src))
-    if fe.exports:
-        export = pl.ExportStage(fe, export_opset, tuple(be.name for be in backends))
+    if exports:
+        export = pl.ExportStage(fe, export_opset, tuple(be.name for be in via_onnx))
         route.prefix.append(export)
         if validate:
             route.prefix.append(pl.ParityStage(export, f"{fe.name}", "onnxruntime",
                                                "exported graph vs source"))
     outputs = resolve_outputs(request, backends, fe)
-    for be, tgt, opset, out in zip(backends, targets, opsets, outputs, strict=True):
-        branch = Branch(be, tgt, opset, out)
-        branch.stages = _branch_stages(route, branch, request, fe)
+    for be, tgt, opset, out, d in zip(backends, targets, opsets, outputs, direct, strict=True):
+        branch = Branch(be, tgt, None if d else opset, out, direct=d)
+        branch.stages = _direct_stages(route, branch, request, fe) if d else _branch_stages(route, branch, request, fe)
         route.branches.append(branch)
+        if not d and fe.name in be.direct_from:
+            route.notes.append(f"{be.name}: through ONNX; --via direct converts the {fe.name} model "
+                               f"itself ({be.direct_tools.get(fe.name, 'its own frontend')})")
+    if unreachable:
+        route.notes.append(f"all: {', '.join(unreachable)} skipped: no route reaches "
+                           f"{'it' if len(unreachable) == 1 else 'them'} from a {fe.name} model")
     if not single and request.opset is not None:
         route.notes.append(f"--opset {request.opset} applies to the onnx target; the others take "
                            "their own opset")
     return route
+
+
+def _goes_direct(be: Backend, fe: Frontend, via: Any) -> bool:
+    """Whether ``be``'s branch converts the source model itself: asked with ``via="direct"``,
+    and always where no ONNX route reaches the backend (LiteRT, ExecuTorch) but a direct one
+    does. A backend no route reaches from ``fe`` keeps its ONNX branch, whose check refuses it
+    with the reason (exit 4)."""
+    if via is not None and str(via).lower() not in VIAS:
+        raise UsageError(f"--via {via}: unknown route", f"use one of: {', '.join(VIAS)}")
+    can = fe.name in be.direct_from
+    if via is not None and str(via).lower() == "direct":
+        if not can:
+            froms = ", ".join(be.direct_from) or "no framework"
+            raise UsageError(f"--via direct: the {be.name} backend has no direct route from {fe.name} "
+                             f"models (it has from: {froms})", "drop --via direct")
+        return True
+    if via is not None and not be.onnx_route:
+        raise UsageError(f"--via onnx: no ONNX route reaches {be.name} here",
+                         f"drop --via onnx ({be.name} converts from: {', '.join(be.direct_from)})")
+    return can and not be.onnx_route
+
+
+def _direct_stages(route: Route, branch: Branch, request: Request, fe: Frontend) -> list[pl.Stage]:
+    """load (the prefix) -> the backend from the native model -> parity against the source ->
+    provenance -> write. `unframe check` runs the backend's direct check instead (api)."""
+    if not request.write:
+        return []
+    be = branch.backend
+    stage = pl.DirectStage(be, fe, branch.target, branch.output)
+    stages: list[pl.Stage] = [stage]
+    if request.settings.validate:
+        stages.append(pl.ParityStage(stage, fe.name, f"{be.name} runner", "artifact vs source"))
+    stamp = pl.StampStage(be)
+    stages.append(stamp)
+    if branch.output is not None:
+        stages.append(pl.WriteStage(be, branch.output))
+    stamp.route_names = [route.load.label] + [s.label for s in stages]
+    return stages
 
 
 def _branch_stages(route: Route, branch: Branch, request: Request, fe: Frontend) -> list[pl.Stage]:

@@ -197,7 +197,10 @@ CONVERSION_OPTIONS = [
     click.argument("src"),
     click.option("--from", "from_", metavar="F", help="Source framework: onnx, torch, tf, sklearn (default: detect)."),
     click.option("--to", "to", default="onnx", show_default=True, metavar="T[,T...]",
-                 help="Targets: onnx, coreml, tensorrt, a comma list, or all (every backend usable here)."),
+                 help="Targets: onnx, coreml, tensorrt, openvino, litert (tflite), executorch, a comma list, or all (every backend usable here with a route from the source)."),
+    click.option("--via", type=click.Choice(["onnx", "direct"]),
+                 help="Route: through ONNX (the hub route), or the target's converter on the source "
+                      "model itself (direct: litert and executorch always; openvino on request)."),
     click.option("--opset", type=int, help="ONNX opset of the output (ONNX target)."),
     click.option("--ml-opset", type=int, help="ai.onnx.ml opset of the output (default: the source's)."),
     click.option("--strict-parity", is_flag=True, help="Fail a parity stage whose reference is degenerate (near zero, constant, non-finite)."),
@@ -222,7 +225,7 @@ CONVERSION_OPTIONS = [
     click.option("--tree-strategy", type=click.Choice(["auto", "gemm", "perfect", "traversal"]),
                  help="ml_to_tensor: how trees are compiled (default auto: by depth, as hummingbird)."),
     click.option("--float-precision", type=click.Choice(["auto", "float", "double"]), help="sklearn: float32 or double route."),
-    click.option("--precision", type=click.Choice(["fp32", "fp16", "bf16"]), help="onnx/coreml/tensorrt: compute precision (16-bit: checked against float32, sensitive nodes kept in float32)."),
+    click.option("--precision", type=click.Choice(["fp32", "fp16", "bf16"]), help="Compute or weight precision of onnx/coreml/tensorrt/executorch (16-bit: checked against float32, sensitive nodes kept in float32); openvino/litert: weights stored in fp16 (fp32 keeps them)."),
     click.option("--target", "deploy_target", metavar="iOS16|iOS17|...", help="coreml: minimum deployment target."),
     click.option("--dim", "dims", multiple=True, metavar="NAME:MIN:MAX", help="coreml: range of a dynamic dim."),
     click.option("--enumerated", multiple=True, metavar="NAME:SHAPE,SHAPE",
@@ -410,7 +413,9 @@ def opset(model: str, to_opset: int, ml_opset: int | None, output: str, no_valid
 @click.argument("model")
 @click.option("--from", "from_", metavar="F")
 @click.option("--to", "to", default="onnx", show_default=True, metavar="T[,T...]",
-              help="Targets: onnx, coreml, tensorrt, a comma list, or all.")
+              help="Targets: onnx, coreml, tensorrt, openvino, litert, executorch, a comma list, or all.")
+@click.option("--via", type=click.Choice(["onnx", "direct"]), help="Route: through ONNX, or the target's converter on the source model.")
+@click.option("--sample-inputs", type=click.Path(), help="An .npz of sample inputs by input name (a direct route runs the source).")
 @click.option("--opset", type=int)
 @click.option("--target", "deploy_target", metavar="iOS16|iOS17|...", help="coreml: minimum deployment target.")
 @click.option("--precision", type=click.Choice(["fp32", "fp16", "bf16"]))
@@ -421,16 +426,16 @@ def opset(model: str, to_opset: int, ml_opset: int | None, output: str, no_valid
 @json_option
 @debug_option
 @handle_errors
-def check(model: str, from_: str | None, to: str, opset: int | None, deploy_target: str | None,
-          precision: str | None, custom_objects: str | None, stateful: bool | None, max_context: int | None,
-          trust: bool, as_json: bool, debug: bool) -> None:
+def check(model: str, from_: str | None, to: str, via: str | None, sample_inputs: str | None,
+          opset: int | None, deploy_target: str | None, precision: str | None, custom_objects: str | None,
+          stateful: bool | None, max_context: int | None, trust: bool, as_json: bool, debug: bool) -> None:
     """Pre-flight: every reason each target can't take MODEL, listed at once, without converting."""
     from unframe import api
 
     opts = {k: v for k, v in {"target": deploy_target, "precision": precision,
                               "custom_objects": custom_objects, "stateful": stateful,
-                              "max_context": max_context}.items() if v}
-    result = api.check(model, from_=from_, to=to, opset=opset, trust=trust, **opts)
+                              "max_context": max_context, "via": via}.items() if v}
+    result = api.check(model, from_=from_, to=to, opset=opset, trust=trust, sample_inputs=sample_inputs, **opts)
     if as_json:
         click.echo(json.dumps(result.to_dict(), indent=2))
         sys.exit(0 if result else 4)
@@ -438,6 +443,8 @@ def check(model: str, from_: str | None, to: str, opset: int | None, deploy_targ
     per_target = result.results if hasattr(result, "results") else {result.target: result}
     if len(per_target) > 1:
         _check_table(con, per_target)
+    for note in result.route.notes:
+        con.print(f"note: {note}", markup=False, soft_wrap=True)
     for name, r in per_target.items():
         if r:
             con.print(f"ok: {name} can take {model}", markup=False, soft_wrap=True)

@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import importlib.util
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -122,6 +123,33 @@ class Artifact:
     notes: list[str] = field(default_factory=list)
 
 
+@dataclass
+class Prepared:
+    """What a frontend hands a direct route (a backend that converts the native model itself, no
+    ONNX between them): what to convert, its inputs in the frontend's own form (torch: the
+    ``ModelInputs`` of ``_torch/inputs.py``; TF: the resolved ``TensorSpec`` list, ``None`` for a
+    dynamic dim), the names the source runner gives the outputs, parity's feeds (the samples,
+    and the probe at another size where an axis was proven dynamic), notes, and the source's
+    runner on those feeds (its own runs remembered)."""
+
+    native: Any
+    example: Any
+    output_names: list[str]
+    feeds: list[Feeds]
+    notes: list[str] = field(default_factory=list)
+    runner: Runner | None = None
+    # The example with the dynamic axes unframe proved fixed at the samples' sizes (None: nothing
+    # to fix): what a direct route converts when its converter refuses the dynamic one
+    freeze: Callable[[], Any] | None = None
+
+    def fixed(self) -> Prepared | None:
+        """The same preparation with the samples' static shapes (one feed), or None."""
+        if self.freeze is None:
+            return None
+        return Prepared(self.native, self.freeze(), self.output_names, self.feeds[:1],
+                        list(self.notes), self.runner)
+
+
 class RunnerUnavailable(Exception):
     """A backend can't run its artifact on this machine (e.g. no GPU for a TensorRT engine).
     The parity stage is then recorded as skipped with this reason."""
@@ -208,6 +236,15 @@ class Frontend(_Component):
         """A runner of the source framework taking feeds and returning outputs by ONNX names
         (``export`` is None for a frontend that doesn't export)."""
 
+    def prepare(self, native: Any, spec: InputSpec, opts: ConvertOptions) -> Prepared:
+        """The model's inputs, outputs, feeds and runner for a backend that converts from the
+        native model (``Backend.direct_modules``), found as ``to_onnx`` finds them (samples
+        bound, axes proven dynamic by running the source) but without exporting."""
+        from unframe.errors import UnsupportedError
+
+        raise UnsupportedError(f"the {self.name} frontend has no direct route to a backend",
+                               "convert through ONNX")
+
     def precise_runner(self, native: Any, export: ExportResult) -> Runner | None:
         """The source model run in float64, same feeds and output names as ``runner``: what
         float32 alone costs the source, the export parity's floor when it fails at the default
@@ -240,10 +277,56 @@ class Backend(_Component):
     # depth 10, traversal beyond): 0 on CPU runtimes, where perfect traversal was faster at every
     # depth measured; hummingbird's 3 on a GPU runtime
     tree_gemm_max_depth: int = 0
+    # Direct routes: frontend name -> the module converting that frontend's native model itself
+    # (no ONNX between), with ``convert_from_<frontend>(native, example, target, workdir,
+    # output_names=...)`` and optionally ``check_from_<frontend>(native, example, target,
+    # output_names=...)``; see ``Prepared`` for what they are given
+    direct_modules: ClassVar[dict[str, str]] = {}
+    direct_tools: ClassVar[dict[str, str]] = {}  # frontend name -> the tool it uses, for --explain
+    # False for a runtime no ONNX graph reaches here: only its direct routes lead to it
+    onnx_route: bool = True
 
     @property
     def kind_name(self) -> str:
         return "backend"
+
+    @property
+    def direct_from(self) -> tuple[str, ...]:
+        return tuple(self.direct_modules)
+
+    def reachable_from(self, frontend: str) -> bool:
+        """Whether any route leads from ``frontend``'s models to this backend."""
+        return self.onnx_route or frontend in self.direct_modules
+
+    def _direct(self, frontend: str, verb: str) -> Any:
+        import importlib
+
+        module = importlib.import_module(self.direct_modules[frontend])
+        return getattr(module, f"{verb}_from_{frontend}", None)
+
+    def check_direct(self, frontend: str, prepared: Prepared, target: Target) -> list[Blocker]:
+        """Every blocker of the direct route from ``frontend``: its ``check_from_*``, else a
+        conversion in a scratch folder (so the two never disagree)."""
+        import tempfile
+
+        from unframe.errors import UnsupportedError
+
+        check = self._direct(frontend, "check")
+        if check is not None:
+            return list(check(prepared.native, prepared.example, target,
+                              output_names=prepared.output_names))
+        with tempfile.TemporaryDirectory(prefix=".unframe-check-") as scratch:
+            try:
+                self.convert_direct(frontend, prepared, target, Path(scratch))
+            except UnsupportedError as exc:
+                return list(exc.blockers) or [Blocker("*", exc.message, hint=exc.hint)]
+        return []
+
+    def convert_direct(self, frontend: str, prepared: Prepared, target: Target, workdir: Path) -> Artifact:
+        """The artifact built from the native model (``direct_modules[frontend]``)."""
+        convert = self._direct(frontend, "convert")
+        return convert(prepared.native, prepared.example, target, workdir,
+                       output_names=prepared.output_names)
 
     def opset_window(self, target: Target) -> tuple[int, int] | None:
         """(lowest, highest) ONNX opset the target runtime's importer accepts; None: any."""
@@ -335,5 +418,5 @@ class Backend(_Component):
 
 __all__ = [
     "Artifact", "Backend", "ConvertOptions", "ExportResult", "Feeds", "Frontend", "InputSpec",
-    "Runner", "RunnerUnavailable", "Target", "TensorSpec",
+    "Prepared", "Runner", "RunnerUnavailable", "Target", "TensorSpec",
 ]

@@ -18,7 +18,8 @@ The files follow the stage kinds:
 - ``flow.py``: the request (``Settings``), the state in flight (``Flow``) and the loop
   (``run_stages``, ``Observer``);
 - ``stages.py``: the ``Stage`` base and the work stages before the backend (load, export, opset,
-  lower); ``backend.py``: the backend stage and its 16-bit recovery;
+  lower); ``backend.py``: the backend stage and its 16-bit recovery; ``direct.py``: the backend
+  stage of a direct route (a backend converting the source framework's model itself);
 - ``parity.py``: the parity stage;
 - ``write.py``: provenance and writing (stamp, write);
 - ``locating.py``: the locator hook a failed parity stage calls.
@@ -27,6 +28,7 @@ The files follow the stage kinds:
 from __future__ import annotations
 
 from unframe.pipeline.backend import BackendStage
+from unframe.pipeline.direct import DirectStage, check_direct, convert_direct, prepared_for
 from unframe.pipeline.flow import (
     Flow,
     Observer,
@@ -45,8 +47,8 @@ from unframe.pipeline.write import StampStage, WriteStage, parity_summary, prove
 from unframe.validate.deferred import Deferred, onnx_runner_of  # here before validate/deferred.py
 
 __all__ = [
-    "INPUT_BOUND_OPTIONS", "BackendStage", "Deferred", "ExportStage", "Flow", "LoadStage", "LowerStage",
+    "INPUT_BOUND_OPTIONS", "BackendStage", "Deferred", "DirectStage", "ExportStage", "Flow", "LoadStage", "LowerStage",
     "Observer", "OpsetStage", "ParityStage", "Settings", "Stage", "StampStage", "Unavailable", "WriteStage",
-    "debug_dir", "in_parity_time", "limited", "locate_failure", "onnx_runner_of", "parity_summary",
-    "provenance", "run_stages", "running", "source_namer", "source_text", "write_artifact",
+    "check_direct", "convert_direct", "debug_dir", "in_parity_time", "limited", "locate_failure", "onnx_runner_of", "parity_summary",
+    "prepared_for", "provenance", "run_stages", "running", "source_namer", "source_text", "write_artifact",
 ]

@@ -93,6 +93,8 @@ class Flow:
     output: Path | None = None  # where this branch writes (the locator's folder goes beside it)
     divergence: Any = None  # what the locator found when a parity stage failed
     kept: Any = None  # the folder of a result's weights (io.snapshot_weights): lives with the result
+    # What the branches of one run share, made once on first use (a direct route's Prepared)
+    shared: dict[str, Any] = field(default_factory=dict)
     # Contexts held for the whole run (the live-model guard): released by ``release()``
     _held: ExitStack = field(default_factory=ExitStack)
 
@@ -139,14 +141,16 @@ class Flow:
 
     def fork(self, clone: bool) -> Flow:
         """A copy for one target's branch: its own model (a clone when other branches follow),
-        report, artifact and written files; the prefix's reference runner and feeds are shared."""
-        self.pin_runners()
+        report, artifact and written files; the prefix's reference runner and feeds are shared.
+        A prefix without a graph (direct branches only: nothing was exported) pins nothing."""
+        if self.model is not None:
+            self.pin_runners()
         model = self.model.clone() if clone and self.model is not None else self.model
         return Flow(self.settings, self.source, self.frontend, native=self.native, export=self.export,
                     model=model, opset_path=list(self.opset_path),
                     report=ParityReport(list(self.report.stages)), reference=self.reference,
                     timings=dict(self.timings), notes=list(self.notes), _feeds=self._feeds,
-                    unstable=set(self.unstable))
+                    unstable=set(self.unstable), shared=self.shared)
 
     def record(self, stage: StageParity) -> None:
         hint = ("nothing was written; loosen --atol/--rtol only if the difference is expected, or "

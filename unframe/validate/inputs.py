@@ -146,13 +146,13 @@ def as_feed_list(samples: Mapping[str, np.ndarray] | Sequence[Mapping[str, np.nd
 
 
 # ----------------------------------------------------------------- feeds that exercise a model --
-def alternative_feeds(model: ir.Model, like: Sequence[Mapping[str, np.ndarray]], *, seed: int = 101
+def alternative_feeds(model: ir.Model | None, like: Sequence[Mapping[str, np.ndarray]], *, seed: int = 101
                       ) -> list[tuple[str, list[dict[str, np.ndarray]]]]:
     """Other parity inputs of the same names, shapes and dtypes, for when the reference stage's
     outputs on the first ones prove nothing (near zero, constant, non-finite). In order: images in
     [0, 1]; standardized values on a wider scale; integer inputs as token ids within the
     vocabulary the model states (the rows of the embedding table they index) and masks as 0/1."""
-    vocab = _vocabularies(model)
+    vocab = _vocabularies(model) if model is not None else {}  # a direct route: no graph
     out = []
     for label, floats in (("floats uniform in [0, 1]", "unit"), ("floats normal with std 10", "wide")):
         feeds = []

@@ -73,8 +73,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from unframe.converters.base import ConvertOptions, ExportResult, Frontend, InputSpec
+from unframe.converters.base import ConvertOptions, ExportResult, Frontend, InputSpec, Prepared
 from unframe.converters.registry import register_frontend
+from unframe.errors import UsageError
 from unframe.quiet import quiet_native_logs, quiet_tensorflow_env
 from unframe.validate.runner import Runner, TensorSpec
 
@@ -145,6 +146,15 @@ class TensorflowFrontend(Frontend):
         with quiet_native_logs():
             return export(native, spec, opset, opts.get("nchw_inputs"), self.versions(),
                           self_check)
+
+    def prepare(self, native: Any, spec: InputSpec, opts: ConvertOptions) -> Prepared:
+        from unframe.converters.frontends._tf.pipeline import prepare
+
+        if opts.get("nchw_inputs"):
+            raise UsageError("--nchw-inputs shapes the ONNX export; a direct route keeps the "
+                             "model's own layout", "drop --nchw-inputs, or convert to onnx")
+        with quiet_native_logs():
+            return prepare(native, spec)
 
     def runner(self, native: Any, export: ExportResult) -> Runner:
         from unframe.converters.frontends._tf.runners import make_runner

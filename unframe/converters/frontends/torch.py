@@ -22,7 +22,7 @@ from typing import Any
 import onnx_ir as ir
 
 from unframe import io
-from unframe.converters.base import ConvertOptions, ExportResult, Frontend, InputSpec
+from unframe.converters.base import ConvertOptions, ExportResult, Frontend, InputSpec, Prepared
 from unframe.converters.frontends._torch import dynamic as dyn
 from unframe.converters.frontends._torch import export as exp
 from unframe.converters.frontends._torch import inputs as inp
@@ -140,16 +140,8 @@ class TorchFrontend(Frontend):
             notes.append(f"float32 math on {device.type.upper()} was allowed TF32/bf16 shortcuts: unframe ran "
                          "the model in full float32, as the graph computes, and left the setting as it was")
         fn = callable_of(module)
-        fed = inp.feeds(inputs)  # the samples as parity will feed them, copied before any run
-        pristine = inp.tensor_copies(inputs)
         started = time.perf_counter()
-        eager = run_model(fn, *inputs.rebuild(pristine), what)  # a forward may write its inputs:
-        # the probe and the exporters get the samples as they were, not what the forward left
-        probe = None
-        if not (_is_exported_program(native) and _exported_shapes_static(native)):
-            probe, probe_notes = dyn.prove(fn, inputs, what)  # the batch axis: only where proven
-            notes += probe_notes
-            dyn.use_as_example(inputs, probe)
+        fed, eager, probe = _sample_runs(native, fn, inputs, what, notes)
         eager_seconds = time.perf_counter() - started
         outputs = inp.output_names(eager, given_outputs)
         if _is_exported_program(native) and (spec.dynamic or spec.static):
@@ -194,6 +186,33 @@ class TorchFrontend(Frontend):
                             opset=main_opset(model), tool_versions=self.versions(),
                             notes=notes, feeds=feeds, extra=extra,
                             check_seconds=eager_seconds if "eager" in extra else 0.0)
+
+    def prepare(self, native: Any, spec: InputSpec, opts: ConvertOptions) -> Prepared:
+        """The model as a direct route takes it: the samples bound and named, the batch axis
+        proven by a probe run, the eager outputs on both feeds remembered by the runner. The
+        module converts as it is (``--kv-cache`` and ``--precision bf16`` shape the ONNX export)."""
+        what = self.describe(native)
+        if opts.get("kv_cache"):
+            raise UsageError("--kv-cache shapes the ONNX export; a direct route converts the module "
+                             "as it is", "drop --kv-cache, or convert to onnx")
+        notes = list(_LOAD_NOTES.get(native, [])) + prepare_hf(native, spec.samples)
+        inputs = self._inputs(native, _with_option_dynamic(spec, opts), what)
+        inp.own_copies(inputs)
+        fn = callable_of(native)
+        fed, eager, probe = _sample_runs(native, fn, inputs, what, notes)
+        outputs = inp.output_names(eager, opts.get("output_names"))
+        if probe is not None:
+            notes.append(dyn.dynamic_note(inputs, probe))
+        elif _is_exported_program(native) and _exported_shapes_static(native):
+            notes.append(_static_batch_note(native))
+        runner = TorchRunner(native, inputs, outputs, what)
+        runner.remember(fed, [inp.numpy_of(t).copy() for t in flat_outputs(eager)])
+        feeds = [fed]
+        if probe is not None:
+            runner.remember(probe.feed, probe.outputs)
+            feeds.append(probe.feed)
+        return Prepared(native, inputs, outputs, feeds, notes, runner,
+                        freeze=inputs.static_copy if inputs.guessed and probe is not None else None)
 
     def _samples(self, native: Any, spec: InputSpec) -> Any:
         return spec.samples if spec.samples is not None else (
@@ -336,6 +355,24 @@ class TorchFrontend(Frontend):
         if isinstance(native, torch.jit.ScriptModule):
             return f"TorchScript {native.original_name}"
         return type(native).__name__
+
+
+def _sample_runs(native: Any, fn: Any, inputs: inp.ModelInputs, what: str, notes: list[str]
+                 ) -> tuple[dict[str, Any], Any, dyn.Probe | None]:
+    """The samples as parity will feed them (copied before any run), the eager outputs on them,
+    and the probe that proved the batch axis (None: one batch size; its notes go to ``notes``)."""
+    fed = inp.feeds(inputs)
+    pristine = inp.tensor_copies(inputs)
+    eager = run_model(fn, *inputs.rebuild(pristine), what)  # a forward may write its inputs:
+    # the probe and the exporters get the samples as they were, not what the forward left
+    probe = None
+    if not (_is_exported_program(native) and _exported_shapes_static(native)):
+        probe, probe_notes = dyn.prove(fn, inputs, what)  # the batch axis: only where proven
+        notes += probe_notes
+        dyn.use_as_example(inputs, probe)
+    else:  # torch.export fixed every shape: no guessed axis stays dynamic
+        dyn.drop(inputs, sorted(inputs.guessed))
+    return fed, eager, probe
 
 
 def _is_exported_program(native: Any) -> bool:

@@ -48,6 +48,9 @@ class ExecuTorchBackend(Backend):
     suffixes = (pte.SUFFIX,)
     canonical_opset = None  # no ONNX route: nothing to normalize to
     option_names = ("precision", "shapes", "static")
+    onnx_route = False
+    direct_modules = {"torch": "unframe.converters.backends.executorch.direct"}
+    direct_tools = {"torch": "torch.export, edge dialect, XNNPACK partition"}
 
     def distributions(self) -> tuple[str, ...]:
         return ("executorch", "torch", "torchao")

@@ -50,6 +50,10 @@ class LiteRTBackend(Backend):
     suffixes = (".tflite",)
     canonical_opset = None  # no ONNX importer: the routes start from the source framework
     option_names = ("precision",)
+    onnx_route = False
+    direct_modules = {"tf": "unframe.converters.backends.litert.from_tf",
+                      "torch": "unframe.converters.backends.litert.from_torch"}
+    direct_tools = {"tf": "TensorFlow's TFLite converter", "torch": "litert-torch"}
 
     def distributions(self) -> tuple[str, ...]:
         return ("ai-edge-litert", "litert-torch")

@@ -246,17 +246,31 @@ def _np_dtype(onnx_name: str) -> str:
 
 
 # TF's converter names the ops it can't take in these forms
-_OP_PATTERNS = (r"'(tf\.\w+)'", r"\b(tf\.\w+)\b", r"'([a-z_]+\.[\w.]+)' op")
+_ERROR_LINE = re.compile(r"error: ([^\n]*)")
+_OP_NAME = re.compile(r"'((?:tf|tfl|tf_executor|mhlo|stablehlo)\.\w+)'")
+_NO_LOWERING = "TFLite's converter can't lower it to a LiteRT builtin op"
+_NO_BUILTIN_HINT = ("LiteRT's builtin ops don't include it (Select TF ops need a runtime with the "
+                    "Flex delegate); --to onnx may take it")
 
 
 def refusal(exc: BaseException) -> UnsupportedError:
-    text = str(exc)[:8000]
-    ops: list[str] = []
-    for pattern in _OP_PATTERNS:
-        ops += [m for m in re.findall(pattern, text) if m not in ops]
+    """One blocker per op the converter's MLIR errors name (its own reason where it gives one,
+    e.g. "requires element_shape to be static"), else one with its first line."""
+    text = str(exc)[:20000]
+    reasons: dict[str, str] = {}
+    for line in _ERROR_LINE.findall(text):
+        match = _OP_NAME.search(line)
+        if match is None:
+            continue
+        op, rest = match.group(1), line[match.end():].strip()
+        own = rest[3:].strip() if rest.startswith("op ") else ""
+        if op not in reasons or (own and not reasons[op]):
+            reasons[op] = own
     line = common.first_line(exc)
-    hint = "LiteRT's builtin ops don't include it (Select TF ops need a runtime with the Flex delegate); --to onnx may take it"
-    blockers = [Blocker(op, "TFLite's converter can't lower it to a LiteRT builtin op", hint=hint)
-                for op in ops[:10]] or [Blocker("*", f"TFLite's converter: {line}", hint=hint)]
-    return UnsupportedError(f"TFLite's converter can't convert the model ({line[:160]})",
-                            "run `unframe check --to litert` for the blockers", blockers=blockers)
+    blockers = [Blocker(op, f"TFLite's converter: {why}" if why else _NO_LOWERING,
+                        hint="" if why else _NO_BUILTIN_HINT)
+                for op, why in list(reasons.items())[:10]] or [
+        Blocker("*", f"TFLite's converter: {line}", hint=_NO_BUILTIN_HINT)]
+    return UnsupportedError(f"TFLite's converter can't convert the model ({blockers[0].op}: "
+                            f"{blockers[0].reason[:160]})", "run `unframe check --to litert` for the blockers",
+                            blockers=blockers)

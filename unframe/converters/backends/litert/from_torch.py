@@ -89,7 +89,8 @@ def _convert(native: Any, example: ModelInputs, target: Target, output_names: Se
     eager = run_model(module, example.args, example.kwargs, type(module).__name__)
     outputs = flat_outputs(eager)
     names_out = list(output_names) if output_names else name_outputs(eager)
-    flat = flat_module(module, example).eval()
+    flat = flat_module(module, example)
+    flat.training = False  # the wrapper only: an ExportedProgram's module refuses train()/eval()
     traced = _leaves(export_example(example))
     started = time.perf_counter()
     kwargs: dict[str, Any] = {}

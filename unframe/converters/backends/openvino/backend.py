@@ -55,6 +55,10 @@ class OpenVINOBackend(Backend):
     canonical_opset = CANONICAL_OPSET
     tensor_only = True  # no strings; ai.onnx.ml ops are lowered (checked) rather than left to it
     option_names = ("precision", "static", "dims", "sample_shapes")
+    direct_modules = {"torch": "unframe.converters.backends.openvino.direct",
+                      "tf": "unframe.converters.backends.openvino.direct"}
+    direct_tools = {"torch": "torch.export, OpenVINO's PyTorch frontend",
+                    "tf": "OpenVINO's TensorFlow frontend"}
 
     def distributions(self) -> tuple[str, ...]:
         return ("openvino",)

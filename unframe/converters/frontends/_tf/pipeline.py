@@ -10,11 +10,11 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
-from unframe.converters.base import ExportResult, InputSpec
+from unframe.converters.base import ExportResult, InputSpec, Prepared
 from unframe.converters.frontends._tf import axes
 from unframe.converters.frontends._tf import export as routes
 from unframe.converters.frontends._tf.common import telling_line
-from unframe.converters.frontends._tf.native import TfModel
+from unframe.converters.frontends._tf.native import TfModel, unique_names
 from unframe.converters.frontends._tf.runners import make_runner
 from unframe.converters.frontends._tf.signature import (
     call_specs,
@@ -70,6 +70,33 @@ def _export_axes(model: TfModel, spec: InputSpec, opset: int, nchw_option: Any,
     result.notes.insert(0, f"every axis kept as the samples have it: the export with "
                            f"{plan.describe()} dynamic failed ({problem[:240]})")
     return result
+
+
+def prepare(model: TfModel, spec: InputSpec) -> Prepared:
+    """A direct route's inputs, feeds, output names and TF runner, found as ``export`` finds
+    them (an axis dynamic where TensorFlow ran the model with it changed), without exporting.
+    The runner keeps the TF outputs of the probe runs (``model.memo``)."""
+    model.memo = {}
+    if spec.static:
+        inputs = resolve_inputs(model, spec)
+        feeds, notes = make_feeds(model, inputs, spec), []
+    else:
+        plan = plan_axes(model, spec, True)
+        inputs, feeds, notes = plan.inputs, plan.feeds, list(plan.notes)
+    if model.kind == "function":
+        if model.fresh is not None:  # no trace of another export's shapes
+            model.obj = model.fresh()
+        model.outputs = function_outputs(model, inputs)
+    outputs = unique_names(list(model.outputs or []))
+    runner = make_runner(model, inputs, outputs, memo=model.memo)
+    first = feeds[0] if feeds else {}
+
+    def freeze() -> list[TensorSpec]:
+        return [TensorSpec(t.name, tuple(first[t.name].shape), t.dtype) if t.name in first else t
+                for t in inputs]
+
+    dynamic = any(t.shape is not None and None in t.shape for t in inputs)
+    return Prepared(model, inputs, outputs, feeds, notes, runner, freeze=freeze if dynamic and first else None)
 
 
 def plan_axes(model: TfModel, spec: InputSpec, self_check: bool) -> axes.AxesPlan:

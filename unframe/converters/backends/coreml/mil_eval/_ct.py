@@ -4,6 +4,9 @@ coremltools imports tensorflow, transformers, xgboost and scikit-learn at import
 detect them (about 30 s on a busy 2-core machine). unframe never uses coremltools' TF, sklearn or
 xgboost frontends (TF goes through tf2onnx), so they are hidden while coremltools is first
 imported and become importable again right after. torch is left alone: its frontend is used.
+torchao (installed for ExecuTorch) is hidden too: coremltools only probes it for its torch
+frontend's quantized ops, and its import logs two failed CUDA-kernel loads and a torch warning
+to stderr on a CPU machine.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from types import ModuleType
 
 from unframe.errors import MissingExtraError
 
-_NOT_NEEDED = ("tensorflow", "transformers", "xgboost", "sklearn")
+_NOT_NEEDED = ("tensorflow", "transformers", "xgboost", "sklearn", "torchao")
 
 
 def import_coremltools() -> ModuleType:
