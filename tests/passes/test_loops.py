@@ -136,3 +136,18 @@ def test_a_condition_read_from_a_graph_input_is_left_alone():
     proto.graph.input.append(oh.make_tensor_value_info("limit", I32, []))  # now a model input
     model = ir.from_proto(proto)
     assert not ConstantTripCountPass()(model).modified
+
+
+def test_coreml_converts_a_counting_loop_with_scan_outputs(tmp_path):
+    """The CoreML backend runs the pass before its check: a for-loop over tf.range with a scan
+    output (refused without a constant trip count) converts and matches onnxruntime in the MIL
+    evaluator."""
+    pytest.importorskip("coremltools", reason="needs the coreml extra")
+    import unframe
+
+    src = tmp_path / "loop.onnx"
+    onnx.save(counter_loop(0, 12, 1), src)
+    assert unframe.check(src, to="coreml")
+    result = unframe.convert(src, to="coreml", output=tmp_path / "loop.mlpackage", precision="fp32")
+    backend = result.report.stages[-1]
+    assert backend.stage == "backend" and backend.status == "passed", backend

@@ -371,11 +371,16 @@ def translate(model: ir.Model, ios: int, options: dict[str, Any], *, dry: bool =
     from unframe.converters.backends.coreml.legalize import legalize
     from unframe.converters.backends.coreml.mil_eval._ct import import_coremltools
 
-    blockers = check_model(model, ios)
+    from unframe.passes.loops import ConstantTripCountPass
+
+    work = model.clone()  # O(nodes): tensors are shared, never copied
+    # a loop that counts to a constant (tf.range in a Keras call) gets its trip count as M: the
+    # Loop translator unrolls those, and refuses scan outputs without one
+    ConstantTripCountPass()(work)
+    blockers = check_model(work, ios)
     if blockers:
         return Translation(blockers)
     import_coremltools()
-    work = model.clone()
     stand_ins = _stand_in_weights(work) if dry else 0
     folded = fold_high_rank_windows(work)
     legal = legalize(work, ios, str(options.get("precision", "fp16")).lower())
