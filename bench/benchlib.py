@@ -101,3 +101,28 @@ def print_rows(rows: list[dict], width: int = 15) -> None:
     print("  ".join(f"{k:>{width}}" for k in keys))
     for r in rows:
         print("  ".join(f"{v:>{width}.3f}" if isinstance(v, float) else f"{v:>{width}}" for v in r.values()))
+
+
+def median_times(ours: Callable[[], Any], anchor: Callable[[], Any], repeats: int) -> tuple[float, float]:
+    """Medians of the two, run alternately after one warm-up each (a shared 2-core machine
+    drifts: pairs see the same load)."""
+    ours(), anchor()
+    times: tuple[list[float], list[float]] = ([], [])
+    for _ in range(repeats):
+        for fn, out in ((ours, times[0]), (anchor, times[1])):
+            started = time.perf_counter()
+            fn()
+            out.append(time.perf_counter() - started)
+    return statistics.median(times[0]), statistics.median(times[1])
+
+
+def latency_ms(run: Callable[[], Any], runs: int = 30, warmup: int = 5) -> float:
+    """Median milliseconds of ``runs`` calls after ``warmup`` untimed ones."""
+    for _ in range(warmup):
+        run()
+    times = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - started)
+    return statistics.median(times) * 1e3

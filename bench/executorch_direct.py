@@ -19,7 +19,6 @@ onnxruntime on the same model.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import tempfile
 import time
@@ -33,27 +32,8 @@ sys.path.insert(0, str(ROOT / "tests" / "converters" / "backends" / "executorch"
 sys.path.insert(0, str(ROOT / "bench"))
 
 
-def median_times(ours: Any, anchor: Any, repeats: int) -> tuple[float, float]:
-    """Medians of the two, run alternately (a shared 2-core machine drifts: pairs see the same load)."""
-    ours(), anchor()  # warm-up: imports, tracing caches
-    times: tuple[list[float], list[float]] = ([], [])
-    for _ in range(repeats):
-        for fn, out in ((ours, times[0]), (anchor, times[1])):
-            started = time.perf_counter()
-            fn()
-            out.append(time.perf_counter() - started)
-    return statistics.median(times[0]), statistics.median(times[1])
-
-
-def latency(run: Any, runs: int = 30) -> float:
-    for _ in range(5):
-        run()
-    times = []
-    for _ in range(runs):
-        started = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - started)
-    return statistics.median(times) * 1e3
+from benchlib import latency_ms as latency  # noqa: E402
+from benchlib import median_times  # noqa: E402
 
 
 # ------------------------------------------------------------------------------------ models --

@@ -69,6 +69,17 @@ def tapped_names(model: ir.Model) -> list[str]:
     return names
 
 
+def with_outputs(model: ir.Model, names: list[str]) -> ir.Model:
+    """A copy of ``model`` (tensors shared) whose graph also outputs the node values ``names``:
+    what a backend rebuilds to show intermediates its runtime fuses away (the ``probe`` of
+    OpenVINO and TensorRT)."""
+    marked = model.clone()
+    produced = {v.name: v for node in marked.graph for v in node.outputs if v.name}
+    present = {v.name for v in marked.graph.outputs}
+    marked.graph.outputs.extend(produced[n] for n in names if n in produced and n not in present)
+    return marked
+
+
 def _is_tensor(value: ir.Value) -> bool:
     import onnx_ir as ir
 

@@ -220,3 +220,19 @@ def test_bad_precision_is_a_usage_error(tmp_path):
     with pytest.raises(UsageError):
         unframe.convert(str(src), to="openvino", output=tmp_path / "m.xml", precision="bf16")
     assert not (tmp_path / "m.xml").exists()
+
+
+def test_locator_names_the_first_node_where_the_ir_departs(tmp_path: Path) -> None:
+    """The locator at the backend stage: OpenVINO fuses across values, so the backend's probe
+    rebuilds the IR with the values it asks for as outputs. fp16 weights move the first Conv's
+    output: with a tolerance no 16-bit weight meets, parity fails and the locator names it."""
+    openvino_or_skip()
+    from unframe.errors import ParityError
+
+    src = cnn_onnx(tmp_path / "cnn.onnx", seed=3)
+    with pytest.raises(ParityError) as err:
+        unframe.convert(src, to="openvino", output=tmp_path / "cnn.xml", atol=1e-9, rtol=1e-6)
+    found = err.value.divergence
+    assert found is not None and found.status == "found", found
+    assert found.node == "conv", found
+    assert not (tmp_path / "cnn.xml").exists()

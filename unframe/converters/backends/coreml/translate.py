@@ -370,7 +370,6 @@ def translate(model: ir.Model, ios: int, options: dict[str, Any], *, dry: bool =
     kept), and reading them would be most of a check's time and memory (4.7 GB at Llama-1B)."""
     from unframe.converters.backends.coreml.legalize import legalize
     from unframe.converters.backends.coreml.mil_eval._ct import import_coremltools
-
     from unframe.passes.loops import ConstantTripCountPass
 
     work = model.clone()  # O(nodes): tensors are shared, never copied

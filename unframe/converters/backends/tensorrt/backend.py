@@ -262,10 +262,9 @@ class TensorRTBackend(Backend):
         def run(names: list[str], feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
             import tempfile
 
-            marked = model.clone()
-            produced = {v.name: v for node in marked.graph for v in node.outputs if v.name}
-            present = {v.name for v in marked.graph.outputs}
-            marked.graph.outputs.extend(produced[n] for n in names if n in produced and n not in present)
+            from unframe.validate.intermediates import with_outputs
+
+            marked = with_outputs(model, names)
             with tempfile.TemporaryDirectory(prefix="unframe-probe-") as tmp:
                 artifact = self.convert(marked, target, Path(tmp))
             runner = self.runner(artifact, target)
