@@ -222,7 +222,7 @@ def test_bad_precision_is_a_usage_error(tmp_path):
     assert not (tmp_path / "m.xml").exists()
 
 
-def test_locator_names_the_first_node_where_the_ir_departs(tmp_path: Path) -> None:
+def test_locator_names_the_first_node_where_the_ir_departs(tmp_path) -> None:
     """The locator at the backend stage: OpenVINO fuses across values, so the backend's probe
     rebuilds the IR with the values it asks for as outputs. fp16 weights move the first Conv's
     output: with a tolerance no 16-bit weight meets, parity fails and the locator names it."""
