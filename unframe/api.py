@@ -330,6 +330,11 @@ def check(source: Any, *, from_: str | None = None, to: str | list[str] = "onnx"
 
 
 def _check_branch(route: Route, branch: Branch, flow: pl.Flow) -> CheckResult:
+    from unframe.pipeline.quantize import scheme_blockers, wanted
+
+    refused = scheme_blockers(branch.backend, wanted(flow))
+    if refused:
+        return CheckResult(route, refused, target=branch.name)
     if branch.direct:  # the backend's own check on the native model, as its convert will see it
         fe = route.load.frontend
         blockers = pl.check_direct(branch.backend, fe, pl.prepared_for(flow), branch.target)

@@ -273,7 +273,7 @@ class Route:
 
 # ----------------------------------------------------------------------------- planning -----
 GENERIC_OPTIONS = ("sample_shapes", "ml_to_tensor", "tree_strategy", "max_memory",
-                   "parity_timeout", "via")  # read by the pipeline itself
+                   "parity_timeout", "via", "quantize", "calibration", "accuracy")  # read by the pipeline itself
 VIAS = ("onnx", "direct")
 
 
@@ -285,6 +285,7 @@ def plan(request: Request) -> Route:
     unreachable = [t for t in request.targets if t in implied and not get_backend(t).reachable_from(fe.name)]
     backends = [get_backend(t) for t in request.targets if t not in unreachable]
     check_options(request.settings.options, fe, backends)
+    _check_quantize(request.settings.options)
     direct = [_goes_direct(be, fe, request.settings.options.get("via")) for be in backends]
     single = len(backends) == 1
     if request.opset is not None and all(be.canonical_opset is not None for be in backends):
@@ -326,6 +327,19 @@ def plan(request: Request) -> Route:
     return route
 
 
+def _check_quantize(options: dict[str, Any]) -> None:
+    """An unknown scheme or accuracy measure is a usage error before anything loads."""
+    if options.get("quantize") is None:
+        for name in ("calibration", "accuracy"):
+            if options.get(name) is not None:
+                raise UsageError(f"--{name} applies to a quantized conversion", "add --quantize SCHEME")
+        return
+    from unframe.passes.quantize import parse_accuracy, scheme_of
+
+    scheme_of(options["quantize"])
+    parse_accuracy(options.get("accuracy"))
+
+
 def _goes_direct(be: Backend, fe: Frontend, via: Any) -> bool:
     """Whether ``be``'s branch converts the source model itself: asked with ``via="direct"``,
     and always where no ONNX route reaches the backend (LiteRT, ExecuTorch) but a direct one
@@ -354,7 +368,9 @@ def _direct_stages(route: Route, branch: Branch, request: Request, fe: Frontend)
     be = branch.backend
     stage = pl.DirectStage(be, fe, branch.target, branch.output)
     stages: list[pl.Stage] = [stage]
-    if request.settings.validate:
+    if request.settings.validate and request.settings.options.get("quantize"):
+        stages.append(pl.AccuracyStage(stage, f"{fe.name} (float)", f"{be.name} runner"))
+    elif request.settings.validate:
         stages.append(pl.ParityStage(stage, fe.name, f"{be.name} runner", "artifact vs source"))
     stamp = pl.StampStage(be)
     stages.append(stamp)
@@ -388,7 +404,9 @@ def _branch_stages(route: Route, branch: Branch, request: Request, fe: Frontend)
         return stages
     backend = pl.BackendStage(be, branch.target, branch.output)
     stages.append(backend)
-    if validate and be.changes_compute(branch.target):
+    if validate and request.settings.options.get("quantize"):
+        stages.append(pl.AccuracyStage(backend, "onnxruntime (float graph)", f"{be.name} runner"))
+    elif validate and be.changes_compute(branch.target):
         stages.append(pl.ParityStage(backend, "onnxruntime", f"{be.name} runner", "artifact vs ONNX"))
     stamp = pl.StampStage(be)
     stages.append(stamp)

@@ -226,6 +226,13 @@ CONVERSION_OPTIONS = [
                  help="ml_to_tensor: how trees are compiled (default auto: by depth, as hummingbird)."),
     click.option("--float-precision", type=click.Choice(["auto", "float", "double"]), help="sklearn: float32 or double route."),
     click.option("--precision", type=click.Choice(["fp32", "fp16", "bf16"]), help="Compute or weight precision of onnx/coreml/tensorrt/executorch (16-bit: checked against float32, sensitive nodes kept in float32); openvino/litert: weights stored in fp16 (fp32 keeps them)."),
+    click.option("--quantize", type=click.Choice(["int8", "int8-dynamic", "w8", "w4"]),
+                 help="Quantize: int8 (weights and activations, calibrated), int8-dynamic, w8 or w4 (weight-only); "
+                      "checked by the accuracy guard on held-out inputs."),
+    click.option("--calibration", type=click.Path(), metavar="PATH",
+                 help="--quantize: an .npz of many input sets (x[i] is set i, or rows of a dataset), or a folder of .npz sets."),
+    click.option("--accuracy", metavar="top1=X,cos=Y",
+                 help="--quantize: what the guard requires of the quantized artifact (default top1=0.98,cos=0.99)."),
     click.option("--target", "deploy_target", metavar="iOS16|iOS17|...", help="coreml: minimum deployment target."),
     click.option("--dim", "dims", multiple=True, metavar="NAME:MIN:MAX", help="coreml: range of a dynamic dim."),
     click.option("--enumerated", multiple=True, metavar="NAME:SHAPE,SHAPE",
@@ -415,6 +422,7 @@ def opset(model: str, to_opset: int, ml_opset: int | None, output: str, no_valid
 @click.option("--to", "to", default="onnx", show_default=True, metavar="T[,T...]",
               help="Targets: onnx, coreml, tensorrt, openvino, litert, executorch, a comma list, or all.")
 @click.option("--via", type=click.Choice(["onnx", "direct"]), help="Route: through ONNX, or the target's converter on the source model.")
+@click.option("--quantize", type=click.Choice(["int8", "int8-dynamic", "w8", "w4"]), help="Whether each target holds this scheme.")
 @click.option("--sample-inputs", type=click.Path(), help="An .npz of sample inputs by input name (a direct route runs the source).")
 @click.option("--opset", type=int)
 @click.option("--target", "deploy_target", metavar="iOS16|iOS17|...", help="coreml: minimum deployment target.")
@@ -426,7 +434,7 @@ def opset(model: str, to_opset: int, ml_opset: int | None, output: str, no_valid
 @json_option
 @debug_option
 @handle_errors
-def check(model: str, from_: str | None, to: str, via: str | None, sample_inputs: str | None,
+def check(model: str, from_: str | None, to: str, via: str | None, quantize: str | None, sample_inputs: str | None,
           opset: int | None, deploy_target: str | None, precision: str | None, custom_objects: str | None,
           stateful: bool | None, max_context: int | None, trust: bool, as_json: bool, debug: bool) -> None:
     """Pre-flight: every reason each target can't take MODEL, listed at once, without converting."""
@@ -434,7 +442,7 @@ def check(model: str, from_: str | None, to: str, via: str | None, sample_inputs
 
     opts = {k: v for k, v in {"target": deploy_target, "precision": precision,
                               "custom_objects": custom_objects, "stateful": stateful,
-                              "max_context": max_context, "via": via}.items() if v}
+                              "max_context": max_context, "via": via, "quantize": quantize}.items() if v}
     result = api.check(model, from_=from_, to=to, opset=opset, trust=trust, sample_inputs=sample_inputs, **opts)
     if as_json:
         click.echo(json.dumps(result.to_dict(), indent=2))

@@ -285,6 +285,11 @@ class Backend(_Component):
     direct_tools: ClassVar[dict[str, str]] = {}  # frontend name -> the tool it uses, for --explain
     # False for a runtime no ONNX graph reaches here: only its direct routes lead to it
     onnx_route: bool = True
+    # The --quantize schemes its convert honours (target.options["quantize"], a
+    # unframe.passes.quantize.QuantRequest), and whether it keeps the ONNX nodes the request's
+    # ``exclude`` names in float (the sensitivity pass then has something to retry with)
+    quantize_schemes: tuple[str, ...] = ()
+    quantize_excludes: bool = False
 
     @property
     def kind_name(self) -> str:

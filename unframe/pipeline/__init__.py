@@ -20,7 +20,8 @@ The files follow the stage kinds:
 - ``stages.py``: the ``Stage`` base and the work stages before the backend (load, export, opset,
   lower); ``backend.py``: the backend stage and its 16-bit recovery; ``direct.py``: the backend
   stage of a direct route (a backend converting the source framework's model itself);
-- ``parity.py``: the parity stage;
+- ``parity.py``: the parity stage; ``quantize.py``: a quantized branch's request and its
+  accuracy stage (the guard in place of tolerance parity);
 - ``write.py``: provenance and writing (stamp, write);
 - ``locating.py``: the locator hook a failed parity stage calls.
 """
@@ -42,12 +43,13 @@ from unframe.pipeline.flow import (
 )
 from unframe.pipeline.locating import INPUT_BOUND_OPTIONS, debug_dir, locate_failure, source_namer
 from unframe.pipeline.parity import ParityStage
+from unframe.pipeline.quantize import AccuracyStage
 from unframe.pipeline.stages import ExportStage, LoadStage, LowerStage, OpsetStage, Stage
 from unframe.pipeline.write import StampStage, WriteStage, parity_summary, provenance, write_artifact
 from unframe.validate.deferred import Deferred, onnx_runner_of  # here before validate/deferred.py
 
 __all__ = [
-    "INPUT_BOUND_OPTIONS", "BackendStage", "Deferred", "DirectStage", "ExportStage", "Flow", "LoadStage", "LowerStage",
+    "INPUT_BOUND_OPTIONS", "AccuracyStage", "BackendStage", "Deferred", "DirectStage", "ExportStage", "Flow", "LoadStage", "LowerStage",
     "Observer", "OpsetStage", "ParityStage", "Settings", "Stage", "StampStage", "Unavailable", "WriteStage",
     "check_direct", "convert_direct", "debug_dir", "in_parity_time", "limited", "locate_failure", "onnx_runner_of", "parity_summary",
     "prepared_for", "provenance", "run_stages", "running", "source_namer", "source_text", "write_artifact",

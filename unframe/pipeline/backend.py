@@ -33,12 +33,15 @@ class BackendStage(Stage):
             shapes = _sample_shapes(flow)
             if shapes:
                 tgt.options["sample_shapes"] = shapes
+        from unframe.pipeline.quantize import quant_request
+
+        quant_request(flow, be, tgt, flow.feeds[0] if wanted_quant(flow) else {})
         blockers = be.preflight(flow.model, tgt)
         if blockers:
             raise UnsupportedError(f"the {be.name} backend can't take this model: {len(blockers)} "
                                    "blocker(s)", "see the list; `unframe check` shows them without "
                                    "converting", blockers=blockers)
-        compared = be.changes_compute(tgt)  # not a plain ONNX artifact: checked against the graph
+        compared = be.changes_compute(tgt) or wanted_quant(flow)  # checked against the graph
         if compared:
             flow.pin_runners()
         self._convert(flow)
@@ -47,7 +50,7 @@ class BackendStage(Stage):
         be, tgt = self.backend, self.target
         near = self.output.parent if self.output is not None else None
         flow.artifact = be.convert(flow.model, tgt, flow.work_dir(near))
-        if not flow.validate or not be.changes_compute(tgt):
+        if not flow.validate or not (be.changes_compute(tgt) or tgt.get("quantize")):
             return
         try:
             flow.candidate = be.runner(flow.artifact, tgt)
@@ -133,6 +136,10 @@ class BackendStage(Stage):
 
     def decode_steps(self, flow: Flow) -> int:
         return self.backend.decode_steps(self.target)
+
+
+def wanted_quant(flow: Flow) -> bool:
+    return bool(flow.settings.options.get("quantize"))
 
 
 def _sample_shapes(flow: Flow) -> dict[str, tuple[int, ...]] | None:

@@ -54,6 +54,9 @@ class DirectStage(BackendStage):
             flow.reference = prepared.runner
             flow._feeds = list(prepared.feeds)
             flow.unstable = set()
+        from unframe.pipeline.quantize import quant_request
+
+        quant_request(flow, self.backend, self.target, prepared.feeds[0])
         self._convert(flow)
 
     def _convert(self, flow: Flow) -> None:

@@ -76,7 +76,9 @@ def provenance(flow: Flow, route_names: list[str], backend: Backend) -> dict[str
         source, digest = str(flow.source), io.sha256_of(flow.source)
     else:
         source, digest = f"python object: {fe.describe(flow.native)}", ""
+    quantized = {"quantize": str(flow.settings.options["quantize"])} if flow.settings.options.get("quantize") else {}
     return {
+        **quantized,
         "version": dist_version("unframe") or "?",
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "source": source,

@@ -42,6 +42,8 @@ class OnnxBackend(Backend):
     canonical_opset = None  # keep the model's opset unless --opset asks for another
     artifact_is_graph = True
     option_names = ("precision", "sample_shapes")
+    quantize_schemes = ("int8", "int8-dynamic", "w8", "w4")
+    quantize_excludes = True
 
     def distributions(self) -> tuple[str, ...]:
         return ("onnx", "onnx-ir")
@@ -73,14 +75,23 @@ class OnnxBackend(Backend):
     def runner(self, artifact: Artifact, target: Target) -> Runner:
         from unframe.validate.deferred import onnx_runner_of
 
-        return onnx_runner_of(artifact.model, "the 16-bit graph")
+        what = "the quantized graph" if target.get("quantize") else "the 16-bit graph"
+        return onnx_runner_of(artifact.model, what)
 
     def convert(self, model: ir.Model, target: Target, workdir: Path) -> Artifact:
         from unframe.validate.onnxruntime import rewrite_hazards
 
         precision = self.compute_precision(target)
         notes: list[str] = []
-        if precision != "fp32":
+        request = target.get("quantize")
+        if request is not None:
+            from unframe.passes.quantize.onnx_quant import quantize_onnx
+
+            model, notes = quantize_onnx(model, request)  # a copy: the float graph stays the route's
+            if precision != "fp32":
+                notes.append(f"--precision {precision} not applied: the graph is quantized ({request.scheme.name})")
+                precision = "fp32"
+        elif precision != "fp32":
             from unframe.passes import keeps_fp32
             from unframe.passes.precision import lower_precision, range_analysis, schema_supports
 
@@ -97,6 +108,8 @@ class OnnxBackend(Backend):
         raised, fitted = fit_halves(model, target.opset is None)
         notes += fitted
         metadata = {"unframe.precision": precision} if precision != "fp32" else {}
+        if request is not None:
+            metadata["unframe.quantize"] = request.scheme.name
         if raised:
             metadata[RAISED] = str(raised)
         return Artifact(kind="onnx", model=model, notes=notes, metadata=metadata)

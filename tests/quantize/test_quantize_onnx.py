@@ -1,0 +1,137 @@
+"""--quantize on the ONNX route with onnxruntime's quantizers and unframe's weight-only pass, on
+a CNN trained on scikit-learn's digits: each scheme keeps test accuracy within a point of the
+float model and passes the accuracy guard on held-out inputs; a deliberately broken calibration
+fails the guard (exit 5, nothing written); the sensitivity pass keeps the layers that cost the
+most in float; a target that can't hold a scheme is an exit-4 refusal naming what it holds."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+import unframe
+from unframe.errors import InputError, ParityError, UnsupportedError, UsageError
+
+torch = pytest.importorskip("torch", reason="needs torch")
+pytest.importorskip("sklearn", reason="needs scikit-learn (its digits dataset)")
+
+from quant_models import digits_cnn, onnx_accuracy  # noqa: E402
+
+UNFRAME = Path(sys.executable).with_name("unframe")
+
+
+@pytest.fixture(scope="module")
+def trained():
+    t = digits_cnn()
+    assert t.float_accuracy > 0.85  # a model that learnt something: accuracy can be lost
+    return t
+
+
+@pytest.fixture(scope="module")
+def calibration(tmp_path_factory, trained) -> Path:
+    path = tmp_path_factory.mktemp("calib") / "calib.npz"
+    np.savez(path, input=trained.train[:320])  # a dataset of rows: cut into sets of the samples' batch
+    return path
+
+
+@pytest.mark.parametrize("scheme", ["int8", "int8-dynamic", "w8", "w4"])
+def test_each_scheme_keeps_accuracy_and_passes_the_guard(tmp_path, trained, calibration, scheme) -> None:
+    out = tmp_path / f"digits_{scheme}.onnx"
+    result = unframe.convert(trained.model, to="onnx", sample_inputs=torch.tensor(trained.train[:8]),
+                             quantize=scheme, calibration=calibration, output=out)
+    check = result.report.stages[-1]
+    assert check.stage == "accuracy" and check.status == "passed", check.summary()
+    assert check.top1 is not None and check.top1 >= 0.98 and check.cases >= 1
+    assert check.size is not None and check.size[1] <= (0.2 if scheme == "w4" else 0.3) * check.size[0]
+    accuracy = onnx_accuracy(out, trained)
+    assert accuracy >= trained.float_accuracy - 0.01, (scheme, accuracy, trained.float_accuracy)
+    ops = {n.op_type for n in onnx.load(out).graph.node}
+    assert ops & {"DequantizeLinear", "MatMulInteger", "ConvInteger", "DynamicQuantizeLinear"}, ops
+    props = {p.key: p.value for p in onnx.load(out).metadata_props}
+    assert props["unframe.quantize"] == scheme and scheme in props["unframe.notes"]
+
+
+def test_broken_calibration_fails_the_guard(tmp_path, trained) -> None:
+    """Calibrated on inputs a thousand times too large, the activation ranges leave the real
+    inputs a handful of levels: the guard fails on held-out real inputs, nothing is written."""
+    sets = [{"input": trained.train[i:i + 8] * 1000.0} for i in range(0, 240, 8)]
+    held = [{"input": trained.test[i:i + 8]} for i in range(0, 64, 8)]
+    out = tmp_path / "broken.onnx"
+    with pytest.raises(ParityError) as err:
+        unframe.convert(trained.model, to="onnx", sample_inputs=torch.tensor(trained.train[:8]),
+                        quantize="int8", calibration=sets + held, output=out)
+    assert err.value.exit_code == 5 and "accuracy guard" in err.value.message
+    check = err.value.report.stages[-1]
+    assert check.stage == "accuracy" and check.status == "failed"
+    assert not out.exists()
+
+
+def test_sensitivity_pass_keeps_the_costly_layers_in_float(tmp_path, trained) -> None:
+    model = digits_cnn(seed=1)
+    conv = model.model[0]
+    with torch.no_grad():  # one channel's activations 500x larger; the next conv reads it scaled back
+        conv.weight[0] *= 500.0
+        conv.bias[0] *= 500.0
+        model.model[2].weight[:, 0] /= 500.0
+    x = torch.tensor(model.test)
+    with torch.no_grad():
+        kept_accuracy = float((model.model(x).argmax(1).numpy() == model.test_labels).mean())
+    assert abs(kept_accuracy - model.float_accuracy) < 1e-6  # the same function
+    sets = [{"input": model.train[i:i + 8]} for i in range(0, 320, 8)]
+    result = unframe.convert(model.model, to="onnx", sample_inputs=torch.tensor(model.train[:8]),
+                             quantize="int8", calibration=sets, output=tmp_path / "kept.onnx")
+    check = result.report.stages[-1]
+    assert check.status == "passed" and check.kept_float and check.rounds > 1, check.summary()
+    assert "kept in float" in check.summary()
+
+
+def test_a_target_that_cant_hold_the_scheme_refuses_it(tmp_path, trained) -> None:
+    from unframe.converters.registry import BACKENDS
+
+    holders = {n for n, be in BACKENDS.items() if "int8-dynamic" in be.quantize_schemes}
+    other = next((n for n, be in BACKENDS.items() if n not in holders and be.available() and be.onnx_route), None)
+    if other is None:
+        pytest.skip("every installed backend holds int8-dynamic")
+    src = tmp_path / "m.onnx"
+    unframe.convert(trained.model, to="onnx", sample_inputs=torch.tensor(trained.train[:8]), output=src)
+    checked = unframe.check(src, to=other, quantize="int8-dynamic")
+    assert not checked and "int8-dynamic" in checked.blockers[0].reason
+    with pytest.raises(UnsupportedError) as err:
+        unframe.convert(src, to=other, quantize="int8-dynamic", output=tmp_path / f"m{BACKENDS.get(other).suffixes[0]}")
+    assert err.value.exit_code == 4 and "holds" in err.value.hint
+
+
+def test_bad_requests_are_usage_or_input_errors(tmp_path, trained) -> None:
+    x = torch.tensor(trained.train[:8])
+    with pytest.raises(UsageError, match="unknown scheme"):
+        unframe.convert(trained.model, to="onnx", sample_inputs=x, quantize="int3", explain=True)
+    with pytest.raises(UsageError, match="--calibration applies"):
+        unframe.convert(trained.model, to="onnx", sample_inputs=x, calibration="c.npz", explain=True)
+    with pytest.raises(UsageError, match="unknown measure"):
+        unframe.convert(trained.model, to="onnx", sample_inputs=x, quantize="int8", accuracy="top5=0.9", explain=True)
+    bad = tmp_path / "bad.npz"
+    np.savez(bad, other=trained.train[:64])
+    with pytest.raises(InputError, match="no array for input"):
+        unframe.convert(trained.model, to="onnx", sample_inputs=x, quantize="int8", calibration=bad)
+    bad.write_bytes(b"PK\x03\x04 truncated")
+    with pytest.raises(InputError, match="not a readable .npz"):
+        unframe.convert(trained.model, to="onnx", sample_inputs=x, quantize="int8", calibration=bad)
+
+
+@pytest.mark.slow
+def test_cli_quantizes_a_pt2_file(tmp_path, trained, calibration) -> None:
+    src = tmp_path / "digits.pt2"
+    batch = torch.export.Dim("batch", min=1, max=1024)
+    torch.export.save(torch.export.export(trained.model, (torch.tensor(trained.train[:8]),),
+                                          dynamic_shapes={"input": {0: batch}}), src)
+    run = subprocess.run([str(UNFRAME), "convert", str(src), "--to", "onnx", "--quantize", "int8",
+                          "--calibration", str(calibration), "-o", str(tmp_path / "q.onnx")],
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "accuracy (int8): passed" in run.stdout
+    assert onnx_accuracy(tmp_path / "q.onnx", trained) >= trained.float_accuracy - 0.01

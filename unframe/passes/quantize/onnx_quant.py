@@ -1,0 +1,190 @@
+"""ONNX graphs quantized for onnxruntime (and, as explicit Q/DQ, for TensorRT).
+
+- ``int8``: onnxruntime's ``quantize_static`` in QDQ form: int8 weights per output channel,
+  activations with ranges calibrated (min/max) on the calibration sets; uint8 activations for
+  onnxruntime's CPU kernels, or symmetric int8 where the runtime wants it (TensorRT).
+- ``int8-dynamic``: onnxruntime's ``quantize_dynamic`` (int8 weights per channel, activation
+  ranges computed at run time: MatMulInteger / DynamicQuantizeLinear).
+- ``w8`` / ``w4``: unframe's weight-only pass: each float weight of a Conv, ConvTranspose, Gemm or
+  MatMul (an initializer of 256 or more elements) becomes an int8 tensor per output channel, or an
+  int4 tensor in blocks of 32 along the input axis (opset 21's blocked ``DequantizeLinear``), with
+  a ``DequantizeLinear`` in front of its consumer::
+
+      before:  x ─► MatMul(x, W float32[K, N])
+      after:   W_q int4[K, N], W_scale float32[K/32, N] ─► DequantizeLinear(axis=0, block_size=32) ─► MatMul
+
+Nodes named in ``QuantRequest.exclude`` stay in float (the sensitivity pass picks them).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx_ir as ir
+
+from unframe.passes.quantize.schemes import QuantRequest
+
+BLOCK = 32
+MIN_ELEMENTS = 256  # smaller weights (biases, norms' scales) are not worth a scale tensor
+W4_OPSET = 21  # int4 and blocked DequantizeLinear
+# op -> (the weight's input index, (output-channel axis, input axis) of a rank-r weight)
+WEIGHTED: dict[str, tuple[int, Any]] = {
+    "Conv": (1, lambda node, r: (0, 1)),
+    "ConvTranspose": (1, lambda node, r: (1, 0)),
+    "MatMul": (1, lambda node, r: (r - 1, r - 2)),
+    "Gemm": (1, lambda node, r: (0, 1) if node.attributes.get_int("transB", 0) else (1, 0)),
+}
+
+
+def name_nodes(model: ir.Model) -> None:
+    """Every node gets a name (the quantizers and the sensitivity pass address nodes by it)."""
+    taken = {n.name for n in model.graph if n.name}
+    for i, node in enumerate(model.graph):
+        if not node.name:
+            name = f"{node.op_type}_{i}"
+            while name in taken:
+                name += "_"
+            node.name = name
+            taken.add(name)
+
+
+def quantize_onnx(model: ir.Model, request: QuantRequest, *, symmetric_activations: bool = False
+                  ) -> tuple[ir.Model, list[str]]:
+    """A quantized copy of ``model`` (the float graph is left as it is) and notes on what was done."""
+    scheme = request.scheme
+    work = model.clone()
+    name_nodes(work)
+    if scheme.activations == "float":
+        return weight_only(work, scheme.weight_bits, set(request.exclude))
+    return _onnxruntime_quantize(work, request, symmetric_activations)
+
+
+def _onnxruntime_quantize(model: ir.Model, request: QuantRequest, symmetric: bool) -> tuple[ir.Model, list[str]]:
+    import onnx
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        QuantFormat,
+        QuantType,
+        quantize_dynamic,
+        quantize_static,
+    )
+
+    class Sets(CalibrationDataReader):
+        def __init__(self, sets: list[dict[str, np.ndarray]]) -> None:
+            self._sets = iter(sets)
+
+        def get_next(self) -> dict[str, np.ndarray] | None:
+            return next(self._sets, None)
+
+    with tempfile.TemporaryDirectory(prefix="unframe-quant-") as tmp:
+        src, dst = Path(tmp) / "float.onnx", Path(tmp) / "quantized.onnx"
+        proto = ir.to_proto(model)
+        # the exporters' intermediate shapes are left to onnx's inference: onnxruntime's quantizer
+        # re-infers them strictly and refuses a stale one (torch's Linear weight seen transposed)
+        del proto.graph.value_info[:]
+        onnx.save(proto, src, save_as_external_data=proto.ByteSize() > 1_900_000_000)
+        excluded = list(request.exclude)
+        if request.scheme.activations == "static":
+            quantize_static(str(src), str(dst), Sets(request.calibration), quant_format=QuantFormat.QDQ,
+                            per_channel=True, weight_type=QuantType.QInt8,
+                            activation_type=QuantType.QInt8 if symmetric else QuantType.QUInt8,
+                            nodes_to_exclude=excluded,
+                            extra_options={"ActivationSymmetric": symmetric, "WeightSymmetric": True})
+            what = ("int8 QDQ (onnxruntime quantize_static): weights per channel, activations "
+                    f"{'symmetric int8' if symmetric else 'uint8'} with min/max ranges")
+        else:
+            quantize_dynamic(str(src), str(dst), per_channel=True, weight_type=QuantType.QInt8,
+                             nodes_to_exclude=excluded)
+            what = "int8 weights per channel, activations quantized at run time (onnxruntime quantize_dynamic)"
+        quantized = ir.serde.deserialize_model(onnx.load(str(dst)))  # read in full: the folder goes
+    counts = _count_ops(quantized, ("QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear",
+                                    "MatMulInteger", "ConvInteger"))
+    return quantized, [f"{what}; {counts}" + (f"; kept in float: {', '.join(excluded)}" if excluded else "")]
+
+
+def _count_ops(model: ir.Model, ops: tuple[str, ...]) -> str:
+    found = {op: sum(1 for n in model.graph if n.op_type == op) for op in ops}
+    return ", ".join(f"{n} {op}" for op, n in found.items() if n) or "no quantized op"
+
+
+def weight_only(model: ir.Model, bits: int, exclude: set[str]) -> tuple[ir.Model, list[str]]:
+    """The weight-only pass (see the module's doc), in place on ``model``; returns it and notes."""
+    if bits == 4:
+        from unframe.opset import main_opset
+
+        current = main_opset(model) or 0
+        if current < W4_OPSET:
+            from unframe import version_converter
+
+            version_converter.convert_opset(model, W4_OPSET)
+    done, before, after = 0, 0, 0
+    for node in list(model.graph):
+        spec = WEIGHTED.get(node.op_type)
+        if spec is None or node.name in exclude or len(node.inputs) <= spec[0]:
+            continue
+        value = node.inputs[spec[0]]
+        tensor = value.const_value if value is not None else None
+        if tensor is None or tensor.dtype != ir.DataType.FLOAT or tensor.size < MIN_ELEMENTS:
+            continue
+        weights = tensor.numpy()
+        if weights.ndim < 2:
+            continue
+        out_axis, in_axis = spec[1](node, weights.ndim)
+        q, scale, attrs = _int4_blocks(weights, in_axis) if bits == 4 else _int8_channels(weights, out_axis)
+        qv = ir.Value(name=f"{value.name}_q{bits}", const_value=ir.Tensor(q, name=f"{value.name}_q{bits}"))
+        sv = ir.Value(name=f"{value.name}_scale", const_value=ir.Tensor(scale, name=f"{value.name}_scale"))
+        for v in (qv, sv):
+            model.graph.register_initializer(v)
+        dq = ir.node("DequantizeLinear", [qv, sv], attributes=attrs, name=f"{node.name}_dequantize_weight",
+                     num_outputs=1)
+        dq.outputs[0].name = f"{value.name}_dequantized"
+        dq.outputs[0].dtype, dq.outputs[0].shape = ir.DataType.FLOAT, ir.Shape(list(weights.shape))
+        model.graph.insert_before(node, dq)
+        node.replace_input_with(spec[0], dq.outputs[0])
+        before += weights.nbytes
+        after += q.size * bits // 8 + scale.nbytes
+        done += 1
+    _drop_unused_initializers(model)
+    if not done:
+        return model, [f"w{bits}: no Conv/Gemm/MatMul weight of {MIN_ELEMENTS}+ elements to quantize"]
+    layout = "blocks of 32 along the input axis" if bits == 4 else "per output channel"
+    return model, [f"w{bits}: {done} weight(s) stored as int{bits} ({layout}), {before / 2**20:.2f} MiB -> "
+                   f"{after / 2**20:.2f} MiB; activations stay float"
+                   + (f"; kept in float: {', '.join(sorted(exclude))}" if exclude else "")]
+
+
+def _int8_channels(w: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
+    other = tuple(i for i in range(w.ndim) if i != axis)
+    peak = np.abs(w).max(axis=other)
+    scale = np.where(peak > 0, peak / 127.0, 1.0).astype(np.float32)
+    shape = [1] * w.ndim
+    shape[axis] = -1
+    q = np.clip(np.round(w / scale.reshape(shape)), -127, 127).astype(np.int8)
+    return q, scale, {"axis": axis}
+
+
+def _int4_blocks(w: np.ndarray, block_axis: int) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
+    """Blocks of ``BLOCK`` along the input axis, symmetric int4 in [-7, 7]."""
+    import ml_dtypes
+
+    size = w.shape[block_axis]
+    blocks = -(-size // BLOCK)
+    padded = np.pad(w, [(0, blocks * BLOCK - size if i == block_axis else 0) for i in range(w.ndim)])
+    split = list(padded.shape)
+    split[block_axis:block_axis + 1] = [blocks, BLOCK]
+    grouped = padded.reshape(split)
+    peak = np.abs(grouped).max(axis=block_axis + 1)
+    scale = np.where(peak > 0, peak / 7.0, 1.0).astype(np.float32)
+    q = np.clip(np.round(grouped / np.expand_dims(scale, block_axis + 1)), -7, 7)
+    q = q.reshape(padded.shape)[tuple(slice(0, size) if i == block_axis else slice(None) for i in range(w.ndim))]
+    return q.astype(np.int8).astype(ml_dtypes.int4), scale, {"axis": block_axis, "block_size": BLOCK}
+
+
+def _drop_unused_initializers(model: ir.Model) -> None:
+    used = {v.name for n in ir.traversal.RecursiveGraphIterator(model.graph) for v in n.inputs if v is not None}
+    used |= {v.name for v in model.graph.outputs}
+    for name in [n for n in model.graph.initializers if n not in used]:
+        del model.graph.initializers[name]

@@ -1,0 +1,168 @@
+"""Quantized branches: the request the backend reads, and the accuracy stage that judges the
+artifact in place of tolerance parity.
+
+``--quantize SCHEME`` on a branch: before the backend converts, ``quant_request`` builds the
+``QuantRequest`` (``unframe.passes.quantize``) from ``--calibration`` (or sets drawn like parity's
+feeds), holding out the last fifth; the backend reads it from ``target.options["quantize"]`` and
+quantizes with its vendor's tool. ``AccuracyStage`` then runs the accuracy guard
+(``unframe.validate.accuracy``) on the held-out sets, the float model (the source, or the float
+ONNX graph) against the quantized artifact's own runtime. When it fails and the backend keeps
+named ONNX nodes in float (``Backend.quantize_excludes``), the sensitivity pass ranks the layers
+on the float graph and the branch converts again with the worst one kept in float, then (ranked
+again with those kept) 2 and 4 more, never more than half of the weighted layers; what still fails
+is exit 5 with the figures, and nothing is written.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from unframe.converters.base import Backend, Target
+from unframe.errors import Blocker, ParityError, UnsupportedError
+from unframe.pipeline.flow import Flow, Unavailable, in_parity_time
+from unframe.pipeline.stages import Stage
+
+QUANT = "quantize"  # Flow.shared key: (calibration sets, origin, drawn, held-out sets)
+KEEP_FLOAT_STEPS = (1, 2, 4)  # layers added to those kept in float at each try of the sensitivity pass
+
+
+def wanted(flow: Flow) -> Any:
+    """The scheme asked for (``--quantize``), or None."""
+    from unframe.passes.quantize import scheme_of
+
+    asked = flow.settings.options.get("quantize")
+    return scheme_of(asked) if asked else None
+
+
+def scheme_blockers(be: Backend, scheme: Any) -> list[Blocker]:
+    """A backend that can't hold the scheme: one blocker naming those it can."""
+    if scheme is None or scheme.name in be.quantize_schemes:
+        return []
+    holds = ", ".join(be.quantize_schemes) or "no quantized scheme here"
+    return [Blocker("*", f"the {be.name} backend can't hold --quantize {scheme.name}",
+                    hint=f"it holds: {holds}")]
+
+
+def quant_request(flow: Flow, be: Backend, target: Target, like: dict[str, Any]) -> None:
+    """Put the ``QuantRequest`` in ``target.options["quantize"]`` (calibration drawn or loaded
+    once per run, shared by the branches), or refuse a scheme the backend can't hold."""
+    from unframe.passes.quantize import QuantRequest
+    from unframe.passes.quantize.calibration import calibration_sets, split
+
+    scheme = wanted(flow)
+    if scheme is None:
+        return
+    blockers = scheme_blockers(be, scheme)
+    if blockers:
+        raise UnsupportedError(f"the {be.name} backend can't hold --quantize {scheme.name}",
+                               blockers[0].hint, blockers=blockers)
+    if QUANT not in flow.shared:
+        sets, origin, drawn = calibration_sets(flow.settings.options.get("calibration"), like)
+        calibration, held_out = split(sets)
+        flow.shared[QUANT] = (calibration, f"{len(calibration)} of {origin}", drawn, held_out)
+        if drawn:
+            flow.notes.append("quantize: no --calibration given: calibrated on inputs unframe drew at "
+                              "random, so the accuracy figures prove little; pass real inputs")
+    calibration, origin, drawn, _ = flow.shared[QUANT]
+    previous = target.options.get("quantize")
+    exclude = previous.exclude if isinstance(previous, QuantRequest) else ()
+    target.options["quantize"] = QuantRequest(scheme, calibration if scheme.calibrated else [],
+                                              origin if scheme.calibrated else "", drawn, exclude)
+
+
+class AccuracyStage(Stage):
+    """The accuracy guard after a quantizing backend stage (see the module's doc)."""
+
+    kind = "parity"
+
+    def __init__(self, checks: Any, reference: str, candidate: str) -> None:
+        super().__init__(f"{reference} vs {candidate}", "quantized artifact vs float model, held-out inputs")
+        self.checks = checks  # the backend (or direct) stage
+
+    def run(self, flow: Flow) -> None:
+        from unframe.passes.quantize import parse_accuracy
+        from unframe.validate.accuracy import guard
+        from unframe.validate.compare import StageParity
+
+        candidate, flow.candidate = flow.candidate, None
+        request = self.checks.target.get("quantize")
+        ref = flow.reference
+        if candidate is None or request is None or ref is None:
+            return
+        if isinstance(candidate, Unavailable):
+            flow.record(StageParity.skipped("accuracy", ref.name, candidate.candidate, candidate.reason))
+            return
+        thresholds = parse_accuracy(flow.settings.options.get("accuracy"))
+        held_out = flow.shared[QUANT][3]
+        check = guard(ref, candidate, held_out, thresholds, scheme=request.scheme.name)
+        rounds = 1
+        if not check and self._can_keep_float(flow):
+            most = _keepable(flow.model)
+            for step in KEEP_FLOAT_STEPS:  # greedy: ranked again with what is kept so far
+                room = most - len(request.exclude)
+                ranked = in_parity_time(flow, "ranking the layers by what quantization costs them",
+                                        lambda: _rank(flow.model, request, held_out[:4])) if room > 0 else None
+                if not ranked:
+                    break
+                request.exclude = (*request.exclude, *ranked[:min(step, room)])
+                self.checks._convert(flow)
+                candidate, flow.candidate = flow.candidate, None
+                rounds += 1
+                check = guard(ref, candidate, held_out, thresholds, scheme=request.scheme.name)
+                if check:
+                    break
+        check.calibration = request.origin
+        check.kept_float = list(request.exclude)
+        check.rounds = rounds
+        check.size = _sizes(flow)
+        flow.report.add(check)
+        if not check:
+            raise ParityError(f"the quantized artifact fails the accuracy guard ({check.reason})",
+                              "nothing was written; calibrate on real inputs (--calibration), relax "
+                              "--accuracy, or use a milder scheme (w8, int8-dynamic)", report=flow.report)
+        flow.notes.append(f"quantize: {request.describe()}")
+        flow.reference = candidate
+
+    def _can_keep_float(self, flow: Flow) -> bool:
+        return flow.model is not None and self.checks.backend.quantize_excludes
+
+    def describe(self) -> str:
+        return super().describe().replace("parity  ", "accuracy")
+
+
+def _keepable(model: Any) -> int:
+    """At most half of the weighted layers are kept in float: beyond that the artifact is no
+    longer the quantized model asked for, and the guard's failure should stand."""
+    from unframe.passes.quantize.onnx_quant import WEIGHTED
+
+    return sum(1 for n in model.graph if n.op_type in WEIGHTED) // 2
+
+
+def _rank(model: Any, request: Any, feeds: list[dict[str, Any]]) -> list[str]:
+    from dataclasses import replace
+
+    from unframe.passes.quantize import SCHEMES
+    from unframe.passes.quantize.sensitivity import rank_layers
+
+    # the ranking quantizes in onnxruntime: static int8 for any calibrated scheme
+    proxy = replace(request, scheme=SCHEMES["int8"] if request.scheme.calibrated else request.scheme)
+    return rank_layers(model, proxy, feeds)
+
+
+def _sizes(flow: Flow) -> tuple[int, int] | None:
+    import onnx_ir as ir
+
+    artifact = flow.artifact
+    given = artifact.metadata.get("quantized_size") if artifact is not None else None
+    if given:
+        return tuple(given)  # type: ignore[return-value]
+    if artifact is not None and isinstance(artifact.model, ir.Model) and flow.model is not None:
+        return _weight_bytes(flow.model), _weight_bytes(artifact.model)
+    return None
+
+
+def _weight_bytes(model: Any) -> int:
+    """Bytes of the initializers as stored (int4 packed two to a byte)."""
+    from unframe import io
+
+    return sum(v.const_value.nbytes for v in io.all_initializers(model) if v.const_value is not None)
