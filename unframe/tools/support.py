@@ -19,6 +19,13 @@ def _frontends_backends() -> list[str]:
     for kind, reg in (("frontend", FRONTENDS), ("backend", BACKENDS)):
         for name, comp in reg.items():
             lines.append(f"| {kind} | {name} | {comp.extra or '(core)'} | {' '.join(comp.suffixes)} | {comp.description} |")
+    lines += ["", "## Routes and quantization per backend", "",
+              "| backend | through ONNX | direct from | `--quantize` schemes | keeps layers in float |",
+              "|---|---|---|---|---|"]
+    for name, be in BACKENDS.items():
+        direct = ", ".join(f"{fe} ({be.direct_tools.get(fe, '')})" for fe in be.direct_from) or "-"
+        lines.append(f"| {name} | {'yes' if be.onnx_route else 'no'} | {direct} | "
+                     f"{', '.join(be.quantize_schemes) or '-'} | {'yes' if be.quantize_excludes else 'no'} |")
     return lines + [""]
 
 
