@@ -55,6 +55,10 @@ class OpenVINOBackend(Backend):
     canonical_opset = CANONICAL_OPSET
     tensor_only = True  # no strings; ai.onnx.ml ops are lowered (checked) rather than left to it
     option_names = ("precision", "static", "dims", "sample_shapes")
+    # NNCF (quantize.py): static int8, int8 and int4 weight compression; excluded ONNX nodes
+    # become NNCF's ignored scope
+    quantize_schemes = ("int8", "w8", "w4")
+    quantize_excludes = True
     direct_modules = {"torch": "unframe.converters.backends.openvino.direct",
                       "tf": "unframe.converters.backends.openvino.direct"}
     direct_tools = {"torch": "torch.export, OpenVINO's PyTorch frontend",
@@ -123,7 +127,8 @@ class OpenVINOBackend(Backend):
             notes.append(f"weights kept in fp32: {marked} node(s) of the graph are marked to stay in "
                          "float32 (after an fp16 parity failure, or a graph pinned to float32)")
         outputs = [{"name": v.name, "dtype": _np_name(v.dtype)} for v in model.graph.outputs]
-        return finish(converted, target, workdir, outputs, notes, fp16_weights=not marked)
+        return finish(converted, target, workdir, outputs, notes, fp16_weights=not marked,
+                      ignored=_ignored(model, converted, target, notes))
 
     # -- run ----------------------------------------------------------------------------------
     def runner(self, artifact: Artifact, target: Target) -> Runner:
@@ -188,14 +193,20 @@ class OpenVINOBackend(Backend):
 
 
 def finish(converted: Any, target: Target, workdir: Path, outputs: list[dict[str, Any]],
-           notes: list[str], fp16_weights: bool = True) -> Artifact:
-    """The artifact of a converted ``openvino.Model`` (any route): saved under ``workdir`` at the
-    target's precision (fp16 weights unless ``fp16_weights`` is False) and read back, so parity
-    runs the IR that is written."""
+           notes: list[str], fp16_weights: bool = True, ignored: list[str] | None = None) -> Artifact:
+    """The artifact of a converted ``openvino.Model`` (any route): quantized by NNCF when the
+    target asks (``ignored``: op names kept in float), saved under ``workdir`` at the target's
+    precision (fp16 weights unless ``fp16_weights`` is False, or NNCF stored them) and read
+    back, so parity runs the IR that is written."""
     from unframe.converters.backends.openvino.runner import read_ir
     from unframe.converters.backends.openvino.weights import save_ir, weight_precisions
 
-    compress = _precision(target) == "fp16" and fp16_weights
+    notes = list(notes)
+    request = target.get("quantize")
+    float_size = None
+    if request is not None:
+        converted, float_size = _quantize(converted, request, ignored or [], notes)
+    compress = _precision(target) == "fp16" and fp16_weights and request is None
     xml = workdir / "model.xml"
     save_ir(converted, xml, compress)
     saved = read_ir(xml)
@@ -203,14 +214,42 @@ def finish(converted: Any, target: Target, workdir: Path, outputs: list[dict[str
     meta = {"unframe.precision": "fp16" if compress else "fp32",
             "unframe.io": json.dumps({"outputs": outputs}, sort_keys=True),
             "unframe.weights": json.dumps(weights, sort_keys=True)}
-    notes = list(notes)
     if compress:
         notes.append("weights stored as fp16 (OpenVINO's default compression; --precision fp32 keeps "
                      "fp32); parity ran them with INFERENCE_PRECISION_HINT f32")
+    if float_size is not None:  # the weights as float32 vs the .bin written
+        meta["unframe.quantize"] = request.scheme.name
+        meta["quantized_size"] = (float_size, xml.with_suffix(".bin").stat().st_size)
     meta["unframe.backend_notes"] = json.dumps(notes)  # what this backend rewrote, kept in the IR
     artifact = Artifact(kind="openvino", model=saved, path=xml, metadata=meta, notes=notes)
     set_rt_info(saved, meta)
     return artifact
+
+
+def _quantize(converted: Any, request: Any, ignored: list[str], notes: list[str]) -> tuple[Any, int]:
+    """NNCF on ``converted`` (``quantize.py``); the float32 bytes of its weights measured first."""
+    from unframe.converters.backends.openvino.quantize import float_bytes, quantize_ov
+
+    before = float_bytes(converted)
+    quantized, said = quantize_ov(converted, request, ignored)
+    notes.extend(said)
+    notes.append("saved without OpenVINO's fp16 compression: NNCF stored the weights (their scales "
+                 "in its own precision), the float constants left stay fp32")
+    return quantized, before
+
+
+def _ignored(model: ir.Model, converted: Any, target: Target, notes: list[str]) -> list[str]:
+    """The OpenVINO ops of the ONNX nodes the quantize request keeps in float."""
+    from unframe.converters.backends.openvino.quantize import ov_names
+
+    request = target.get("quantize")
+    if request is None or not request.exclude:
+        return []
+    names, missing = ov_names(model, converted, request.exclude)
+    if missing:
+        notes.append(f"quantize: no OpenVINO op found for the ONNX node(s) {', '.join(missing)}: "
+                     "they could not be kept in float")
+    return names
 
 
 def set_rt_info(model: Any, metadata: dict[str, Any]) -> None:

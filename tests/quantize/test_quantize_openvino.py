@@ -1,0 +1,191 @@
+"""--quantize on the OpenVINO routes with NNCF, on a CNN trained on scikit-learn's digits: each
+scheme keeps the IR's test accuracy (run by OpenVINO's CPU plugin) within a point of the float
+model and passes the accuracy guard; the IR holds what the scheme says (int8 FakeQuantize and
+weights, u8 or i4 weights); excluded ONNX nodes stay float in the IR; the sensitivity pass keeps
+the costly layers in float; a broken calibration fails the guard; the direct route quantizes too."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import unframe
+from unframe.errors import ParityError
+
+torch = pytest.importorskip("torch", reason="needs torch")
+pytest.importorskip("sklearn", reason="needs scikit-learn (its digits dataset)")
+pytest.importorskip("openvino", reason="needs openvino")
+pytest.importorskip("nncf", reason="needs nncf (OpenVINO's quantizer)")
+
+from quant_models import digits_cnn  # noqa: E402
+
+RESHAPING = ("Reshape", "Squeeze", "Unsqueeze", "Transpose")
+
+
+@pytest.fixture(scope="module")
+def trained():
+    t = digits_cnn()
+    assert t.float_accuracy > 0.85  # a model that learnt something: accuracy can be lost
+    return t
+
+
+@pytest.fixture(scope="module")
+def calibration(tmp_path_factory, trained) -> Path:
+    path = tmp_path_factory.mktemp("calib") / "calib.npz"
+    np.savez(path, input=trained.train[:320])
+    return path
+
+
+def ir_accuracy(xml: Path, trained) -> float:
+    """Test accuracy of the written IR on OpenVINO's CPU plugin (compiled as OpenVINO users do:
+    no precision hint), fed in the batch the IR was built for."""
+    import openvino as ov
+
+    core = ov.Core()
+    compiled = core.compile_model(core.read_model(str(xml)), "CPU")
+    shape = compiled.inputs[0].get_partial_shape()
+    batch = shape[0].get_length() if shape[0].is_static else len(trained.test)
+    n = len(trained.test) // batch * batch
+    scores = np.concatenate([compiled(trained.test[i:i + batch])[0] for i in range(0, n, batch)])
+    return float((scores.argmax(1) == trained.test_labels[:n]).mean())
+
+
+def constants(xml: Path) -> dict[str, int]:
+    import openvino as ov
+
+    held: dict[str, int] = {}
+    for op in ov.Core().read_model(str(xml)).get_ordered_ops():
+        if op.get_type_name() == "Constant":
+            et = op.get_element_type().get_type_name()
+            held[et] = held.get(et, 0) + op.get_byte_size()
+    return held
+
+
+def weight_types(xml: Path) -> dict[str, tuple[str, bool]]:
+    """Each Convolution / MatMul of the IR: the element type of the constant its weight comes
+    from (through NNCF's Convert/Subtract/Multiply/Reshape decompression) and whether its data
+    input is a FakeQuantize's output (looked through ops that only move values)."""
+    import openvino as ov
+
+    out = {}
+    for op in ov.Core().read_model(str(xml)).get_ordered_ops():
+        if op.get_type_name() not in ("Convolution", "MatMul"):
+            continue
+        source = op.input_value(1).get_node()
+        while source.get_type_name() != "Constant" and source.get_input_size():
+            source = source.input_value(0).get_node()
+        data = op.input_value(0).get_node()
+        while data.get_type_name() in RESHAPING:
+            data = data.input_value(0).get_node()
+        out[op.get_friendly_name()] = (source.get_element_type().get_type_name(),
+                                       data.get_type_name() == "FakeQuantize")
+    return out
+
+
+@pytest.mark.parametrize("scheme", ["int8", "w8", "w4"])
+def test_each_scheme_keeps_accuracy_and_passes_the_guard(tmp_path, trained, calibration, scheme) -> None:
+    out = tmp_path / f"digits_{scheme}.xml"
+    result = unframe.convert(trained.model, to="openvino", sample_inputs=torch.tensor(trained.train[:8]),
+                             quantize=scheme, calibration=calibration, output=out)
+    check = result.report.stages[-1]
+    assert check.stage == "accuracy" and check.status == "passed", check.summary()
+    assert check.top1 is not None and check.top1 >= 0.98 and check.cases >= 1
+    float_bytes, stored = check.size
+    assert stored == out.with_suffix(".bin").stat().st_size
+    assert stored <= (0.2 if scheme == "w4" else 0.3) * float_bytes, check.size
+    accuracy = ir_accuracy(out, trained)
+    assert accuracy >= trained.float_accuracy - 0.01, (scheme, accuracy, trained.float_accuracy)
+    held = constants(out)
+    weights = weight_types(out)
+    if scheme == "int8":
+        assert all(t == "i8" and fq for t, fq in weights.values()), weights
+    elif scheme == "w8":
+        assert all(t == "u8" and not fq for t, fq in weights.values()), weights
+    else:  # the Linear layers in int4 groups; the convolutions' weights NNCF keeps in int8
+        assert held.get("i4", 0) > 0.9 * sum(v for k, v in held.items() if k in ("i4", "u8")), held
+        assert {t for t, _ in weights.values()} == {"i4", "u8"}, weights
+    assert "f32" not in {t for t, _ in weights.values()}
+    assert any("NNCF" in n and scheme in n for n in result.notes), result.notes
+
+
+def test_excluded_nodes_stay_float_in_the_ir(tmp_path, trained, calibration) -> None:
+    """The backend given a request that keeps the first Conv (an ONNX node name) in float: its
+    weight stays an f32 constant and nothing quantizes its input; every other layer is int8.
+    A node without a name is addressed as name_nodes calls it."""
+    from unframe.converters.backends.openvino.backend import OpenVINOBackend
+    from unframe.converters.base import Target
+    from unframe.passes.quantize import SCHEMES, QuantRequest
+    from unframe.passes.quantize.onnx_quant import name_nodes
+
+    src = tmp_path / "digits.onnx"
+    unframe.convert(trained.model, to="onnx", sample_inputs=torch.tensor(trained.train[:8]), output=src)
+    import onnx_ir as ir
+
+    model = ir.load(str(src))
+    convs = [n for n in model.graph if n.op_type == "Conv"]
+    convs[0].name = ""  # addressed by its place in the graph
+    named = model.clone()
+    name_nodes(named)
+    first = [n for n in named.graph if n.op_type == "Conv"][0].name
+    sets = [{"input": trained.train[i:i + 8]} for i in range(0, 160, 8)]
+    backend = OpenVINOBackend()
+    written = {}
+    for exclude in ((), (first,)):
+        request = QuantRequest(SCHEMES["int8"], sets, "20 sets", exclude=exclude)
+        artifact = backend.convert(model, Target("openvino", None, {"quantize": request}), tmp_path / f"w{len(exclude)}")
+        written[exclude] = weight_types(artifact.path)
+    plain, kept = written[()], written[(first,)]
+    order = list(kept)  # the IR's weighted ops in graph order: the first Conv first
+    assert plain[order[0]] == ("i8", True)  # quantized without the request
+    assert kept[order[0]] == ("f32", False), kept  # kept in float with it
+    assert all(kept[name] == ("i8", True) for name in order[1:]), kept
+
+
+def test_sensitivity_pass_keeps_the_costly_layers_in_float(tmp_path) -> None:
+    """One channel 500x larger (the next conv reads it scaled back: the same function): NNCF's
+    per-tensor activation ranges can't hold it; the guard fails, the sensitivity pass keeps the
+    layers it ranks costliest in float, and the IR passes."""
+    model = digits_cnn(seed=1)
+    with torch.no_grad():
+        model.model[0].weight[0] *= 500.0
+        model.model[0].bias[0] *= 500.0
+        model.model[2].weight[:, 0] /= 500.0
+    sets = [{"input": model.train[i:i + 8]} for i in range(0, 320, 8)]
+    out = tmp_path / "kept.xml"
+    result = unframe.convert(model.model, to="openvino", sample_inputs=torch.tensor(model.train[:8]),
+                             quantize="int8", calibration=sets, output=out)
+    check = result.report.stages[-1]
+    assert check.status == "passed" and check.kept_float and check.rounds > 1, check.summary()
+    floats = [name for name, (t, _) in weight_types(out).items() if t == "f32"]
+    assert floats and any(name.startswith(kept) for kept in check.kept_float for name in floats), floats
+    assert ir_accuracy(out, model) >= model.float_accuracy - 0.01
+
+
+def test_broken_calibration_fails_the_guard(tmp_path, trained) -> None:
+    """Calibrated on inputs a thousand times too large: the real held-out inputs fall into a
+    handful of levels; the guard fails, exit 5, nothing written."""
+    sets = [{"input": trained.train[i:i + 8] * 1000.0} for i in range(0, 240, 8)]
+    held = [{"input": trained.test[i:i + 8]} for i in range(0, 64, 8)]
+    out = tmp_path / "broken.xml"
+    with pytest.raises(ParityError) as err:
+        unframe.convert(trained.model, to="openvino", sample_inputs=torch.tensor(trained.train[:8]),
+                        quantize="int8", calibration=sets + held, output=out)
+    assert err.value.exit_code == 5 and "accuracy guard" in err.value.message
+    assert not out.exists() and not out.with_suffix(".bin").exists()
+
+
+def test_direct_route_quantizes(tmp_path, trained, calibration, capfd) -> None:
+    """--via direct (torch.export, OpenVINO's PyTorch frontend): the same NNCF call on the
+    converted model, the guard against torch itself; NNCF's progress bars and logs stay off
+    the terminal."""
+    out = tmp_path / "direct.xml"
+    result = unframe.convert(trained.model, to="openvino", via="direct", quantize="int8",
+                             sample_inputs=torch.tensor(trained.train[:8]), calibration=calibration, output=out)
+    check = result.report.stages[-1]
+    assert check.stage == "accuracy" and check.status == "passed", check.summary()
+    assert all(t == "i8" for t, _ in weight_types(out).values())
+    assert ir_accuracy(out, trained) >= trained.float_accuracy - 0.01
+    printed = capfd.readouterr()
+    assert "Statistics collection" not in printed.out + printed.err
