@@ -51,6 +51,9 @@ class ExecuTorchBackend(Backend):
     onnx_route = False
     direct_modules = {"torch": "unframe.converters.backends.executorch.direct"}
     direct_tools = {"torch": "torch.export, edge dialect, XNNPACK partition"}
+    # PT2E with ExecuTorch's XNNPACKQuantizer (quantize.py); the sensitivity pass names ONNX
+    # nodes, which this route has none of
+    quantize_schemes = ("int8", "int8-dynamic")
 
     def distributions(self) -> tuple[str, ...]:
         return ("executorch", "torch", "torchao")

@@ -72,6 +72,7 @@ class Lowered:
     notes: list[str] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
     failure: str = ""  # why the program with dynamic dims can't run the samples
+    float_bytes: int = 0  # a quantized program's float weights, as float32 (for the size ratio)
 
 
 # the lowering a check made, for the convert after it: keyed by the model (weakly), the inputs
@@ -108,6 +109,10 @@ def convert_from_torch(native: Any, example: Any, target: Target, workdir: Path,
     meta = dict(lowered.record, format=pte.FORMAT, executorch_version=runtime_version(),
                 torch_version=_torch_version(), precision=_precision(target),
                 delegation=lowered.delegation, notes=list(lowered.notes), provenance={})
+    if lowered.float_bytes:
+        # the float weights as float32 against the whole quantized program (its overhead counted)
+        meta["quantized_size"] = (lowered.float_bytes, len(data))
+        meta["quantize"] = target.get("quantize").scheme.name
     return Artifact(kind="pte", model=data, path=path, metadata=meta, notes=list(lowered.notes))
 
 
@@ -144,7 +149,16 @@ def _remember(native: Any, key: tuple[int, str], lowered: Lowered) -> None:
 
 def _options_key(target: Target, output_names: Sequence[str] | None) -> str:
     options = {k: target.options.get(k) for k in ("precision", "shapes", "static")}
-    return repr((sorted((k, repr(v)) for k, v in options.items()), list(output_names or [])))
+    return repr((sorted((k, repr(v)) for k, v in options.items()), list(output_names or []),
+                 _quantize_key(target.get("quantize"))))
+
+
+def _quantize_key(request: Any) -> Any:
+    """The request's identity: the scheme, the calibration sets (the run's one list, by
+    identity: their arrays are too large to compare) and what is kept in float."""
+    if request is None:
+        return None
+    return (request.scheme.name, id(request.calibration), len(request.calibration), request.exclude)
 
 
 # ------------------------------------------------------------------------------ the lowering --
@@ -174,9 +188,17 @@ def lower(native: Any, example: Any, target: Target, output_names: Sequence[str]
 def _lower_once(native: Any, example: Any, target: Target, output_names: Sequence[str] | None,
                 precision: str) -> Lowered:
     lowered = Lowered()
+    request = target.get("quantize")
+    if request is not None and precision == "fp16":
+        precision = "fp32"  # the quantized layers compute in int8; the rest keeps the model's floats
+        lowered.notes.append(f"--precision fp16 not applied: the program is quantized ({request.scheme.name})")
     started = time.perf_counter()
     program = _export(native, example, target, precision, lowered)
     lowered.seconds["export"] = time.perf_counter() - started
+    if program is not None and request is not None:
+        started = time.perf_counter()
+        program = _quantize(program, example, target, request, lowered)
+        lowered.seconds["quantize"] = time.perf_counter() - started
     if program is None:
         return lowered
     lowered.record = io_record(program, example, output_names, _requested_bounds(example, target))
@@ -188,6 +210,10 @@ def _lower_once(native: Any, example: Any, target: Target, output_names: Sequenc
         return lowered
     lowered.delegation = delegation_summary(edge)
     lowered.notes.append(delegation_note(lowered.delegation))
+    if request is not None:
+        from unframe.converters.backends.executorch.quantize import quantize_note, quantized_layers
+
+        lowered.notes.append(quantize_note(request, lowered.delegation, quantized_layers(program)))
     started = time.perf_counter()
     manager = _to_executorch(edge, lowered)
     lowered.seconds["to_executorch"] = time.perf_counter() - started
@@ -205,6 +231,29 @@ def _lower_once(native: Any, example: Any, target: Target, output_names: Sequenc
         lowered.notes.append("float16 weights and compute (a float16 copy of the model); inputs "
                              "and outputs keep their types")
     return lowered
+
+
+def _quantize(program: Any, example: Any, target: Target, request: Any, lowered: Lowered) -> Any:
+    """The exported program quantized with PT2E (``quantize.py``), traced again with the export's
+    inputs and dynamic dims; None (and a blocker) when the quantizer refuses."""
+    from unframe.converters.backends.executorch.quantize import float_weight_bytes, quantize_program
+    from unframe.converters.frontends._torch.export import explain
+    from unframe.converters.frontends._torch.inputs import export_example
+    from unframe.errors import UnframeError
+
+    args, kwargs = (example.args, example.kwargs) if target.get("static") else export_example(example)
+    shapes = None if target.get("static") else dynamic_shapes(example, _requested_bounds(example, target))
+    lowered.float_bytes = float_weight_bytes(program)
+    try:
+        with quiet():
+            return quantize_program(program, example, args, kwargs, shapes, request)
+    except UnframeError:  # calibration sets that don't fit the inputs: the user's to fix
+        raise
+    except Exception as exc:  # noqa: BLE001 - the quantizer's refusal becomes the blocker
+        lowered.blockers.append(Blocker("*", f"PT2E quantization ({request.scheme.name}) failed: "
+                                             f"{explain(exc, 'torch.export')}",
+                                        hint="try --quantize int8-dynamic, or convert without --quantize"))
+        return None
 
 
 def _ensure_installed() -> None:
