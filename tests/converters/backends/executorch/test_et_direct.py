@@ -164,15 +164,33 @@ class AntialiasResize(torch.nn.Module):
         return torch.nn.functional.interpolate(x, size=(5, 5), mode="bilinear", antialias=True) * 3
 
 
-def test_program_that_fails_dynamic_is_built_static(tmp_path: Path) -> None:
-    p = prepare(AntialiasResize(), images(1, size=12))
+def test_program_that_fails_dynamic_is_built_static_by_the_route(tmp_path: Path) -> None:
+    """The dynamic program can't run the samples: the direct function refuses it (exit 4, the
+    kernel named; check agrees), and the route builds the frontend's static copy and checks it on
+    the samples. It used to be built static inside ``lower``, unseen by the route, whose parity
+    then fed the probe's batch to a program that takes one batch only: exit 5 (as Hugging Face
+    GPT-2 of the architecture set)."""
+    import unframe
+
+    x = images(1, size=12)
+    p = prepare(AntialiasResize(), x)
+    assert output_scale(p) > 0.5  # parity could fail
+    result = unframe.convert(AntialiasResize(), to="executorch", sample_inputs=(x,), output=tmp_path / "m.pte",
+                             locate=False)
+    assert any("built with the samples' static shapes" in n and "_upsample_bilinear2d_aa" in n
+               for n in result.notes), result.notes
+    stage = result.report.stages[-1]
+    assert stage.status == "passed" and stage.cases == 1, stage.reason
+    side = json.loads((tmp_path / "m.pte.json").read_text())
+    assert side["bounds"] == {} and side["inputs"][0]["shape"] == [1, 3, 12, 12]
+
     assert p.inputs.dynamic  # the frontend proved the batch axis: eager torch runs any batch
-    artifact, target = convert(p, tmp_path)
-    assert artifact.notes[0].startswith("the program with dynamic dims failed (")
-    assert "_upsample_bilinear2d_aa" in artifact.notes[0]
-    assert artifact.metadata["bounds"] == {} and artifact.metadata["inputs"][0]["shape"] == [1, 3, 12, 12]
-    result = parity(p, artifact, target, p.feeds[:1])  # the samples: the static program's shape
-    assert result.status == "passed", result.reason
+    blockers = check_from_torch(p.model, p.inputs, Target("executorch"), p.outputs)
+    with pytest.raises(UnsupportedError) as info:
+        convert(p, tmp_path / "direct")
+    assert info.value.exit_code == 4
+    assert [b.to_dict() for b in info.value.blockers] == [b.to_dict() for b in blockers]
+    assert "_upsample_bilinear2d_aa" in blockers[0].reason
 
 
 class Inverse(torch.nn.Module):

@@ -45,6 +45,25 @@ def torch_two_heads() -> Any:
     return perturbed(Heads().eval())
 
 
+def torch_batch_view() -> Any:
+    """A view that holds the batch (``h.view(batch, 2, 3)``) and ``ids * 2``: litert-torch 0.10
+    can't lower it with a dynamic batch, and its static .tflite can't be resized to another
+    batch (the reshape keeps the traced one)."""
+    import torch
+
+    torch.manual_seed(2)
+
+    class BatchView(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = torch.nn.Linear(6, 6)
+
+        def forward(self, x: Any, ids: Any) -> Any:
+            return self.fc(x).view(x.shape[0], 2, 3).softmax(-1) * 3.0, ids * 2
+
+    return perturbed(BatchView().eval())
+
+
 def hf_llama() -> Any:
     """A one-layer Llama from its config class (no download), seeded and perturbed."""
     import torch

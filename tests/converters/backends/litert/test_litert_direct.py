@@ -13,6 +13,7 @@ from litert_models import (
     keras_two_io,
     scale_ok,
     tf_inputs,
+    torch_batch_view,
     torch_cnn,
     torch_inputs,
     torch_two_heads,
@@ -86,15 +87,14 @@ def test_torch_fp16_weights(tmp_path: Path) -> None:
 
 def test_torch_pytree_io_and_int64(tmp_path: Path) -> None:
     """Named outputs of a dict, an int64 input litert-torch narrows to int32: the runner feeds and
-    returns the source's dtypes. (litert-torch can't lower ``ids * 2`` on a dynamic batch: the
-    conversion falls back to the samples' shapes and says so.)"""
+    returns the source's dtypes. (Static: litert-torch can't lower ``ids * 2`` on a dynamic batch,
+    see the test below.)"""
     from unframe.converters.backends.litert.from_torch import convert_from_torch
 
     model = torch_two_heads()
     ids = torch.arange(6).reshape(2, 3) + 2**20
-    inputs = torch_inputs(model, (torch.randn(2, 5), ids))
+    inputs = torch_inputs(model, (torch.randn(2, 5), ids), static=True)
     artifact = convert_from_torch(model, inputs, FP32, tmp_path)
-    assert any("dynamic axes dropped" in n for n in artifact.notes)
     x = torch.randn(2, 5, generator=torch.Generator().manual_seed(3))
     out = _run(artifact, FP32, {"x": x.numpy(), "ids": (ids + 5).numpy()})
     ref = model(x, ids + 5)
@@ -104,6 +104,35 @@ def test_torch_pytree_io_and_int64(tmp_path: Path) -> None:
     np.testing.assert_allclose(out["score"], ref["score"].detach().numpy(), atol=1e-5)
 
 
+def test_dynamic_refusal_is_built_static_by_the_route_and_checked_on_the_samples(tmp_path: Path) -> None:
+    """litert-torch refuses the dynamic batch: the route builds the frontend's static copy and
+    checks it on the samples; the direct function raises the refusal (exit 4, the op named;
+    check agrees). It used to build static inside the backend, unseen by the route, whose parity
+    then fed the probe's batch to a .tflite whose reshape holds the traced batch: exit 5 (as
+    Hugging Face BERT and GPT-2 of the architecture set)."""
+    import unframe
+    from unframe.converters.backends.litert import flatbuf
+    from unframe.converters.backends.litert.from_torch import check_from_torch, convert_from_torch
+
+    model = torch_batch_view()
+    x, ids = torch.randn(2, 6, generator=torch.Generator().manual_seed(4)), torch.arange(6).reshape(2, 3)
+    assert scale_ok([model(x, ids)[0].detach().numpy()])  # outputs of order 1: parity can fail
+    out = tmp_path / "m.tflite"
+    result = unframe.convert(model, to="litert", sample_inputs=(x, ids), output=out, locate=False)
+    assert any("built with the samples' static shapes" in n for n in result.notes)
+    stage = result.report.stages[-1]
+    assert stage.status == "passed" and stage.cases == 1, stage.reason
+    shapes = [t["shape"] for t in flatbuf.describe(out.read_bytes(), "out")["inputs"]]
+    assert shapes == [[2, 6], [2, 3]]
+
+    inputs = torch_inputs(model, (x, ids))
+    assert inputs.dynamic  # the batch, guessed: eager torch takes any
+    with pytest.raises(UnsupportedError) as info:
+        convert_from_torch(model, inputs, FP32, tmp_path)
+    assert info.value.exit_code == 4 and info.value.blockers
+    assert [b.to_dict() for b in check_from_torch(model, inputs, FP32)] == [b.to_dict() for b in info.value.blockers]
+
+
 def test_hf_llama_from_config(tmp_path: Path) -> None:
     pytest.importorskip("transformers", reason="needs transformers")
     from unframe.converters.backends.litert.from_torch import convert_from_torch
@@ -111,7 +140,8 @@ def test_hf_llama_from_config(tmp_path: Path) -> None:
     model = hf_llama()
     ids = torch.randint(0, 64, (2, 8), generator=torch.Generator().manual_seed(0))
     mask = torch.ones(2, 8, dtype=torch.long)
-    inputs = torch_inputs(model, (), {"input_ids": ids, "attention_mask": mask})
+    # static: litert-torch 0.10 can't lower the dynamic batch (the route builds it static, see above)
+    inputs = torch_inputs(model, (), {"input_ids": ids, "attention_mask": mask}, static=True)
     artifact = convert_from_torch(model, inputs, FP32, tmp_path)
     other = torch.randint(0, 64, (2, 8), generator=torch.Generator().manual_seed(1))
     out = _run(artifact, FP32, {"input_ids": other.numpy(), "attention_mask": mask.numpy()})

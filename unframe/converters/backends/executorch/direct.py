@@ -17,9 +17,10 @@ largest shape, so an unbounded dim would silently be planned at its trace size. 
 ``--shapes`` where given, else 1 to ``max(2 * sample, 8)`` (the TensorRT backend's rule), and
 what torch.export kept of them is recorded in the sidecar. A program with dynamic dims is run
 once on the samples and on the traced inputs before it is accepted: some portable kernels don't
-resize their outputs to a dynamic size; such a model, and one a step refuses with dynamic dims
-(ExecuTorch's emitter on some views), is built with the samples' static shapes instead (a note
-says why). ``precision="fp16"`` exports a float16 copy of the model
+resize their outputs to a dynamic size; such a program is refused (a blocker), as is one a step
+refuses with dynamic dims (ExecuTorch's emitter on some views). The pipeline's direct stage then
+builds it from the frontend's static copy of the inputs, with a note, and checks it on the
+samples only. ``precision="fp16"`` exports a float16 copy of the model
 behind casts: inputs and outputs keep their types.
 
 Every refusal is an ``UnsupportedError`` (exit 4) listing all blockers found: torch.export's
@@ -58,6 +59,7 @@ _NON_CORE = re.compile(r"_core_aten_ops_exception_list=\[torch\.ops\.([\w.]+)\]"
 _NOT_OPS = {"getitem", "executorch_call_delegate", "alloc", *dir(operator)}
 NOTE_OPS = 8  # portable ops named in the note (the sidecar has them all)
 NO_KERNEL_HINT = "avoid the op in the model, or build an ExecuTorch runtime with a kernel for it"
+STATIC_HINT = "--static builds the program with the samples' shapes"
 
 
 @dataclass
@@ -164,25 +166,21 @@ def _quantize_key(request: Any) -> Any:
 # ------------------------------------------------------------------------------ the lowering --
 def lower(native: Any, example: Any, target: Target, output_names: Sequence[str] | None = None
           ) -> Lowered:
-    """export -> edge + XNNPACK -> ExecuTorch program; blockers instead where a step refuses.
-    Where the program with dynamic dims fails (a step refuses it, or it can't run the samples),
-    it is built again with the samples' static shapes, and a note says why."""
+    """export -> edge + XNNPACK -> ExecuTorch program; blockers instead where a step refuses,
+    or where the program with dynamic dims can't run the samples. The static build is the
+    caller's (the pipeline's direct stage builds again from the frontend's static copy of the
+    inputs, and its parity then runs only the samples: a static program built here behind its
+    back was checked on the probe's batch, which it can't take)."""
     _ensure_installed()
     precision = str(target.get("precision") or "fp32").lower()
     if precision not in PRECISIONS:
         return Lowered([Blocker("*", f"precision {precision!r} is not one of {', '.join(PRECISIONS)}",
                                 hint="use --precision fp32 or fp16")])
-    first = _lower_once(native, example, target, output_names, precision)
-    if target.get("static") or not example.dynamic or not (first.blockers or first.failure):
-        return first
-    static = _lower_once(native, example, Target(target.name, target.opset, {**target.options, "static": True}),
-                         output_names, precision)
-    if static.blockers:
-        return static  # the simplest program refused too: its reasons are the model's
-    why = first.failure or str(first.blockers[0].reason)
-    static.notes.insert(0, f"the program with dynamic dims failed ({why}): built with the samples' "
-                           "static shapes instead")
-    return static
+    lowered = _lower_once(native, example, target, output_names, precision)
+    if lowered.failure:
+        lowered.blockers.append(Blocker("*", f"the program with dynamic dims can't run the samples "
+                                             f"({lowered.failure})", hint=STATIC_HINT))
+    return lowered
 
 
 def _lower_once(native: Any, example: Any, target: Target, output_names: Sequence[str] | None,
@@ -537,8 +535,8 @@ def _dynamic_failure(manager: Any, record: Mapping[str, Any], example: Any) -> s
     """Why the program can't run the samples (or the traced inputs), "" when it runs both. Some
     portable kernels don't resize their outputs to a dynamic size (an ``arange`` planned as static
     at the traced batch, antialiased bilinear resizing): such a program is only good at the size
-    it was traced at, so ``lower`` builds it static instead. Only whether it runs is asked here;
-    its numbers are parity's."""
+    it was traced at, so ``lower`` refuses it (the direct stage builds it static). Only whether
+    it runs is asked here; its numbers are parity's."""
     from unframe.converters.backends.executorch.runner import failure_lines
     from unframe.converters.frontends._torch.inputs import export_example
 

@@ -99,21 +99,16 @@ def _convert(native: Any, example: ModelInputs, target: Target, output_names: Se
 
         kwargs["quant_config"] = full_fp16_recipe()
     dynamic = dict(example.dynamic)
-    notes = []
+    notes: list[str] = []
     try:
         content = _lower(litert_torch, flat, traced, _dynamic_shapes(example) if dynamic else None, kwargs)
     except Exception as exc:  # noqa: BLE001 - torch.export's and the lowering's errors, all kinds
-        if not dynamic:
-            raise refusal(exc) from exc
         # litert-torch 0.10 fails to lower some ops on a dynamic axis (an integer tensor times a
-        # Python number: "AssertionError: int32[-9223372036854775808,3]"); static shapes convert
-        try:
-            content = _lower(litert_torch, flat, _leaves((example.args, example.kwargs)), None, kwargs)
-        except Exception:  # noqa: BLE001 - the static failure is the same story: report the first
-            raise refusal(exc) from exc
-        notes.append("dynamic axes dropped: litert-torch could not convert them "
-                     f"({common.first_line(exc)[:120]}); the .tflite has the samples' shapes")
-        dynamic = {}
+        # Python number: "AssertionError: int32[-9223372036854775808,3]"). Refused here, not built
+        # static behind the caller's back: the direct stage builds it from the frontend's static
+        # copy of the inputs and checks it on the samples only (a static .tflite resized to the
+        # probe's batch fails wherever a reshape holds the traced batch)
+        raise refusal(exc) from exc
     seconds = time.perf_counter() - started
     tensors = _signature_tensors(content, len(traced), len(outputs))
     shapes = [[None if a in dynamic.get(n, {}) else int(d) for a, d in enumerate(t.shape)]
