@@ -54,6 +54,9 @@ class LiteRTBackend(Backend):
     direct_modules = {"tf": "unframe.converters.backends.litert.from_tf",
                       "torch": "unframe.converters.backends.litert.from_torch"}
     direct_tools = {"tf": "TensorFlow's TFLite converter", "torch": "litert-torch"}
+    # each route's own quantizer (quantize.py): TFLite's converter, litert-torch's PT2E and recipes;
+    # the sensitivity pass names ONNX nodes, which these routes have none of
+    quantize_schemes = ("int8", "int8-dynamic", "w8")
 
     def distributions(self) -> tuple[str, ...]:
         return ("ai-edge-litert", "litert-torch")

@@ -32,6 +32,24 @@ def precision(target: Target) -> str:
     return value
 
 
+def quantize_key(target: Target) -> Any:
+    """A conversion cache's key of ``target.options["quantize"]``: the scheme and the run's one
+    list of calibration sets, by identity (their arrays are too large to compare)."""
+    request = target.get("quantize")
+    if request is None:
+        return None
+    return (request.scheme.name, id(request.calibration), len(request.calibration))
+
+
+def quantized(artifact: Artifact, content: bytes, target: Target) -> Artifact:
+    """The size the accuracy stage reports (float-equivalent bytes vs the file's) in the
+    quantized artifact's records (``make_artifact`` wrote the scheme into the file)."""
+    from unframe.converters.backends.litert.quantize import sizes
+
+    artifact.metadata["quantized_size"] = sizes(content)
+    return artifact
+
+
 def io_record(tensors_in: Sequence[str], names_in: Sequence[str], dtypes_in: Sequence[str],
               shapes_in: Sequence[Sequence[int | None]], tensors_out: Sequence[str],
               names_out: Sequence[str], dtypes_out: Sequence[str]) -> dict[str, Any]:
@@ -59,10 +77,14 @@ def make_artifact(content: bytes, record: dict[str, Any], target: Target, conver
     """The artifact in memory, with unframe's records stamped in (``stamp`` adds provenance)."""
     from unframe.converters.backends.litert import flatbuf
 
+    request = target.get("quantize")
     meta = {flatbuf.IO_KEY: json.dumps(record, sort_keys=True),
-            "unframe.precision": precision(target) + (" (16-bit weights, float32 compute)"
-                                                      if precision(target) == "fp16" else ""),
+            "unframe.precision": (f"{request.scheme.name} (quantized)" if request is not None else
+                                  precision(target) + (" (16-bit weights, float32 compute)"
+                                                       if precision(target) == "fp16" else "")),
             "unframe.converter": converter}
+    if request is not None:
+        meta["unframe.quantize"] = request.scheme.name
     stamped = flatbuf.stamp(content, meta, record)
     # built_here (no prefix: never written into the file) lets the runner run it in this process
     return Artifact(kind="tflite", model=stamped, metadata=dict(meta, built_here=True), notes=notes)

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from unframe.converters.backends.litert import common
 from unframe.converters.base import Artifact, Target
-from unframe.errors import Blocker, MissingExtraError, UnsupportedError
+from unframe.errors import Blocker, MissingExtraError, UnframeError, UnsupportedError
 from unframe.validate.runner import TensorSpec
 
 if TYPE_CHECKING:
@@ -55,7 +55,8 @@ def check_from_tf(native: TfModel, example: Sequence[TensorSpec], target: Target
 
 def _outcome(native: TfModel, example: Sequence[TensorSpec], target: Target,
              output_names: Sequence[str] | None) -> Artifact | UnsupportedError:
-    key = repr((common.precision(target), [t.to_dict() for t in example], list(output_names or [])))
+    key = repr((common.precision(target), [t.to_dict() for t in example], list(output_names or []),
+                common.quantize_key(target)))
     holder = native.obj  # TfModel (a dataclass) can't be a weak key; the model object it holds can
     try:
         cached = _DONE.get(holder)
@@ -85,11 +86,19 @@ def _convert(native: TfModel, specs: list[TensorSpec], target: Target, output_na
         else:
             fn, out_dtypes = _traced(tf, native, specs)
             converter = tf.lite.TFLiteConverter.from_concrete_functions([fn])
-        if precision == "fp16":
+        request = target.get("quantize")
+        quantized = ""
+        if request is not None:
+            from unframe.converters.backends.litert.quantize import tf_configure
+
+            quantized = tf_configure(tf, converter, request, [t.name for t in specs])
+        elif precision == "fp16":
             converter.optimizations = [tf.lite.Optimize.DEFAULT]
             converter.target_spec.supported_types = [tf.float16]
         try:
             content = bytes(converter.convert())
+        except UnframeError:  # calibration sets that don't fit the inputs: the user's to fix
+            raise
         except Exception as exc:  # noqa: BLE001 - ConverterError and whatever MLIR raises
             raise refusal(exc) from exc
     seconds = time.perf_counter() - started
@@ -103,8 +112,10 @@ def _convert(native: TfModel, specs: list[TensorSpec], target: Target, output_na
     record = common.io_record(tensors_in, [t.name for t in specs], [t.dtype for t in specs],
                               [list(t.shape or ()) for t in specs], tensors_out, names_out, out_dtypes)
     notes = [f"converted by TensorFlow {_tf_version()}'s TFLite converter in {seconds:.1f} s"
-             + (" with 16-bit weights (float16 weight quantization)" if precision == "fp16" else "")]
-    return common.make_artifact(content, record, target, f"tensorflow {_tf_version()} TFLiteConverter", notes)
+             + (" with 16-bit weights (float16 weight quantization)" if precision == "fp16" and not quantized else "")]
+    artifact = common.make_artifact(content, record, target, f"tensorflow {_tf_version()} TFLiteConverter",
+                                    notes + ([quantized] if quantized else []))
+    return common.quantized(artifact, content, target) if quantized else artifact
 
 
 def _import() -> Any:

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from unframe.converters.backends.litert import common
 from unframe.converters.base import Artifact, Target
-from unframe.errors import Blocker, MissingExtraError, UnsupportedError
+from unframe.errors import Blocker, MissingExtraError, UnframeError, UnsupportedError
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -62,7 +62,8 @@ def check_from_torch(native: Any, example: ModelInputs, target: Target,
 def _outcome(native: Any, example: ModelInputs, target: Target, output_names: Sequence[str] | None
              ) -> Artifact | UnsupportedError:
     key = repr((common.precision(target), list(example.names), sorted(example.dynamic.items()),
-                [tuple(t.shape) for t in example.tensor_leaves()], list(output_names or [])))
+                [tuple(t.shape) for t in example.tensor_leaves()], list(output_names or []),
+                common.quantize_key(target)))
     cached = _DONE.get(native)
     if cached is not None and cached[0] == key:
         return cached[1]
@@ -100,8 +101,19 @@ def _convert(native: Any, example: ModelInputs, target: Target, output_names: Se
         kwargs["quant_config"] = full_fp16_recipe()
     dynamic = dict(example.dynamic)
     notes: list[str] = []
+    request = target.get("quantize")
     try:
-        content = _lower(litert_torch, flat, traced, _dynamic_shapes(example) if dynamic else None, kwargs)
+        shapes = _dynamic_shapes(example) if dynamic else None
+        module = flat
+        if request is not None:
+            from unframe.converters.backends.litert.quantize import torch_prepare
+
+            with common.quiet():
+                module, kwargs, quantized = torch_prepare(flat, traced, shapes, request, example)
+            notes.append(quantized)
+        content = _lower(litert_torch, module, traced, shapes, kwargs)
+    except UnframeError:  # calibration sets that don't fit the inputs: the user's to fix
+        raise
     except Exception as exc:  # noqa: BLE001 - torch.export's and the lowering's errors, all kinds
         # litert-torch 0.10 fails to lower some ops on a dynamic axis (an integer tensor times a
         # Python number: "AssertionError: int32[-9223372036854775808,3]"). Refused here, not built
@@ -118,12 +130,13 @@ def _convert(native: Any, example: ModelInputs, target: Target, output_names: Se
                               shapes, tensors[1], names_out,
                               [common.np_name(numpy_of(t).dtype) for t in outputs])
     notes.insert(0, f"converted by litert-torch {_version()} in {seconds:.1f} s"
-                 + (" with 16-bit weights (fp16 weight-only recipe)" if precision == "fp16" else ""))
+                 + (" with 16-bit weights (fp16 weight-only recipe)" if precision == "fp16" and not request else ""))
     narrowed = [n for n, e in zip(example.names, record["inputs"], strict=True) if e["dtype"] in ("int64", "float64")]
     if narrowed:
         notes.append(f"64-bit inputs {', '.join(narrowed)} are 32-bit in the .tflite (litert-torch's "
                      "default for on-device runtimes); the runner casts them")
-    return common.make_artifact(content, record, target, f"litert-torch {_version()}", notes)
+    artifact = common.make_artifact(content, record, target, f"litert-torch {_version()}", notes)
+    return common.quantized(artifact, content, target) if request is not None else artifact
 
 
 def _lower(litert_torch: Any, flat: Any, traced: list[Any], shapes: Any, kwargs: dict[str, Any]) -> bytes:

@@ -53,6 +53,8 @@ class Session:
         for entry in self.io["inputs"]:
             det = self.inputs[entry["tensor"]]
             value = np.asarray(feeds[entry["name"]])
+            if _quantized(det) and value.dtype.kind == "f":
+                value = _quantize(value, det)
             arrays[det["index"]] = np.ascontiguousarray(value.astype(det["dtype"], copy=False))
         changed = {name: arrays[det["index"]].shape for name, det in self.inputs.items()
                    if arrays[det["index"]].shape != self.shapes[name]}
@@ -67,8 +69,12 @@ class Session:
         self.it.invoke()
         out = {}
         for entry in self.io["outputs"]:
-            value = self.it.get_tensor(self.outputs[entry["tensor"]]["index"]).copy()
+            det = self.outputs[entry["tensor"]]
+            value = self.it.get_tensor(det["index"]).copy()
             dtype = entry.get("dtype")
+            if _quantized(det) and dtype and np.dtype(dtype).kind == "f":
+                scale, zero = det["quantization"]
+                value = (value.astype(np.float32) - zero) * np.float32(scale)
             out[entry["name"]] = value if not dtype or value.dtype == np.dtype(dtype) else value.astype(dtype)
         return out
 
@@ -79,6 +85,20 @@ class Session:
             shape = tuple(None if int(d) < 0 else int(d) for d in det["shape_signature"])
             specs.append(TensorSpec(entry["name"], shape, entry.get("dtype") or np.dtype(det["dtype"]).name))
         return specs
+
+
+def _quantized(det: Mapping[str, Any]) -> bool:
+    """An integer tensor with one scale (a quantized model's int8 input or output, as
+    litert-torch's PT2E conversion writes them): the float values it stands for are
+    ``(q - zero_point) * scale``."""
+    scale, _ = det.get("quantization", (0.0, 0))
+    return np.dtype(det["dtype"]).kind in "iu" and bool(scale)
+
+
+def _quantize(value: np.ndarray, det: Mapping[str, Any]) -> np.ndarray:
+    scale, zero = det["quantization"]
+    info = np.iinfo(det["dtype"])
+    return np.clip(np.round(value / scale) + zero, info.min, info.max).astype(det["dtype"])
 
 
 def derived_io(it: Any) -> dict[str, Any]:
