@@ -8,7 +8,8 @@ Nothing is downloaded.
 (``torch`` or ``keras``), ``make()`` returning ``(model, samples)`` (the samples as
 ``unframe.convert(sample_inputs=...)`` takes them) and the convert options its export needs.
 ``heavy`` marks the keras.applications siblings whose only difference from a listed one is size
-(ConvNeXtXLarge, EfficientNetB7...): ``bench/architectures.py --heavy`` runs them too.
+(ConvNeXtXLarge, EfficientNetB7...) and builders that take minutes (FCOS, whose heads are trained):
+``bench/architectures.py --heavy`` runs them too.
 
 The manifest's builders are ``arch_models.py:build_<name>``: ``build_<name>(out_dir, opset)`` exports through
 unframe (the route under test) and writes ``model.onnx``, ``inputs.npz`` and the framework's own
@@ -775,6 +776,143 @@ def keras_subclassed_encoder() -> tuple[Any, Any]:
     tokens = np.random.default_rng(2).integers(0, VOCAB, (2, SEQ)).astype(np.int32)
     model(tokens)
     return settle_keras(perturb_keras(model), tokens), tokens
+
+
+# -- issue 36: the families the held-out trial found gaps in (RAFT, MaxViT, FCOS, BLOOM, a dict-input
+# keras-hub backbone, a Keras tf.range loop) ------------------------------------------------------
+
+@_register("hf_bloom", "hf-decoder", "torch", "BloomModel (ALiBi positions from the mask's running count)")
+def hf_bloom() -> tuple[Any, Any]:
+    import transformers as T
+    config = T.BloomConfig(vocab_size=VOCAB, hidden_size=32, n_layer=1, n_head=4, use_cache=False)
+    return _hf(T.BloomModel, config, _tokens())
+
+
+@_register("tv_raft_small", "torchvision-optical-flow", "torch",
+           "torchvision.models.optical_flow.raft_small (12 flow updates; correlation lookups by grid_sample)")
+def tv_raft_small() -> tuple[Any, Any]:
+    """Two 128x128 frames (RAFT's smallest: sides that are multiples of 8, and feature maps of
+    16x16 or more for its four-level correlation pyramid), the second the first shifted by a few
+    pixels, so there is a flow to find."""
+    import torch
+    tv = _tv()
+    torch.manual_seed(0)
+    model = tv.models.optical_flow.raft_small(weights=None)
+    gen = torch.Generator().manual_seed(3)
+    first = 2 * torch.rand(1, 3, 128, 128, generator=gen) - 1
+    second = torch.roll(first, shifts=(2, 3), dims=(2, 3)) + 0.05 * torch.randn(1, 3, 128, 128, generator=gen)
+    samples = (first, second)
+    return settle_torch(perturb_torch(model, scale=0.3), samples), samples
+
+
+@_register("tv_maxvit", "torchvision-classification", "torch",
+           "torchvision MaxVit (maxvit_t's blocks at a small config: block and grid attention, rank-6 partitions)")
+def tv_maxvit() -> tuple[Any, Any]:
+    """maxvit_t itself takes 224x224 only (7x7 partitions of every stage); the class at 64x64 with
+    4x4 partitions and two stages keeps every kind of layer (MBConv, window and grid attention with
+    relative position bias)."""
+    import torch
+    from torchvision.models.maxvit import MaxVit
+    _tv()
+    torch.manual_seed(0)
+    model = MaxVit(input_size=(64, 64), stem_channels=16, partition_size=4, block_channels=[32, 64],
+                   block_layers=[1, 1], head_dim=16, stochastic_depth_prob=0.0, num_classes=10)
+    return _vision(model, 64)
+
+
+@_register("tv_fcos", "torchvision-detection", "torch", "FCOS ResNet50-FPN (GroupNorm heads)", heavy=True)
+def tv_fcos() -> tuple[Any, Any]:
+    # trained heads, as RetinaNet's: random ones keep boxes whose scores tie within fp16's tolerance.
+    # heavy: the training makes the build take minutes (99 s alone, 369 s on a loaded 2-core machine)
+    return _trained_detector("fcos_resnet50_fpn", 128, detections_per_img=8, topk_candidates=16,
+                             min_size=128, max_size=128)
+
+
+@_register("kerashub_gemma", "keras-hub", "keras", "keras_hub GemmaBackbone (token ids and padding mask as a dict)")
+def kerashub_gemma() -> tuple[Any, Any]:
+    import keras
+    import keras_hub
+
+    keras.utils.set_random_seed(0)
+    model = keras_hub.models.GemmaBackbone(vocabulary_size=VOCAB, num_layers=1, num_query_heads=4,
+                                           num_key_value_heads=2, hidden_dim=32, intermediate_dim=64, head_dim=8)
+    return settle_keras(perturb_keras(model), _hub_tokens()), _hub_tokens()
+
+
+def _hub_tokens() -> dict[str, np.ndarray]:
+    """keras-hub's text inputs: token ids and a padding mask (two padded positions, so it matters)."""
+    mask = np.ones((1, SEQ), np.int32)
+    mask[0, SEQ - 2:] = 0
+    return {"token_ids": np.random.default_rng(2).integers(3, VOCAB, (1, SEQ)).astype(np.int32),
+            "padding_mask": mask}
+
+
+@_register("keras_dict_inputs", "keras-functional", "keras",
+           "a functional keras.Model with dict inputs named as keras-hub's (token_ids, padding_mask)")
+def keras_dict_inputs() -> tuple[Any, Any]:
+    """keras-hub's input convention without keras-hub (not installed everywhere): a dict of two
+    named inputs, the mask used by the attention."""
+    import keras
+    from keras import layers
+
+    keras.utils.set_random_seed(0)
+    tokens = keras.Input((SEQ,), dtype="int32", name="token_ids")
+    padding = keras.Input((SEQ,), dtype="int32", name="padding_mask")
+    x = layers.Embedding(VOCAB, 32)(tokens)
+    mask = keras.ops.expand_dims(keras.ops.cast(padding, "bool"), 1)
+    x = layers.LayerNormalization()(x + layers.MultiHeadAttention(num_heads=4, key_dim=8)(x, x, attention_mask=mask))
+    x = layers.LayerNormalization()(x + layers.Dense(32, activation="gelu")(x))
+    model = keras.Model({"token_ids": tokens, "padding_mask": padding}, layers.Dense(16)(x))
+    return settle_keras(perturb_keras(model), _hub_tokens()), _hub_tokens()
+
+
+def _range_loop_class() -> type:
+    import keras
+    import tensorflow as tf
+    from keras import layers
+
+    class RangeLoopRNN(keras.Model):
+        """A recurrent cell stepped by ``for t in tf.range(STEPS)``: eager Python iteration when
+        called, a while loop once tf.function's autograph traces it (tf2onnx: a Loop)."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.step_in = layers.Dense(16)
+            self.step_state = layers.Dense(16, use_bias=False)
+            self.head = layers.Dense(4)
+
+        def build(self, shape: Any) -> None:
+            # built before the first call: the loop runs in a tf.function, which may not create variables
+            self.step_in.build((shape[0], shape[2]))
+            self.step_state.build((shape[0], 16))
+            self.head.build((shape[0], 16))
+
+        def call(self, x: Any) -> Any:
+            return self.head(self.steps(x))
+
+        @tf.function  # autograph (Keras 3 doesn't convert `call` itself): the loop becomes a while loop
+        def steps(self, x: Any) -> Any:
+            state = tf.zeros((tf.shape(x)[0], 16), x.dtype)
+            for t in tf.range(LOOP_STEPS):
+                state = tf.tanh(self.step_in(x[:, t]) + self.step_state(state))
+            return state
+
+    return RangeLoopRNN
+
+
+LOOP_STEPS = 12
+
+
+@_register("keras_range_loop", "keras-subclassed", "keras",
+           "a keras.Model subclass whose call runs `for t in tf.range(12)` over a sequence (a while loop)")
+def keras_range_loop() -> tuple[Any, Any]:
+    import keras
+
+    keras.utils.set_random_seed(0)
+    model = _range_loop_class()()
+    sequence = np.random.default_rng(2).uniform(-1, 1, (2, LOOP_STEPS, 8)).astype(np.float32)
+    model(sequence)
+    return settle_keras(perturb_keras(model), sequence), sequence
 
 
 # -- the manifest's builders --------------------------------------------------------------------
