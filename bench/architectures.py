@@ -149,7 +149,10 @@ def _warm_unframe(framework: str, folder: Path) -> None:
                                  keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(3)])
         samples = np.random.default_rng(0).standard_normal((2, 16, 16, 3)).astype(np.float32)
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-        unframe.convert(tiny, to=["onnx", "coreml"], sample_inputs=samples, output=folder / "warm", locate=False)
+        try:
+            unframe.convert(tiny, to=["onnx", "coreml"], sample_inputs=samples, output=folder / "warm", locate=False)
+        except Exception:  # noqa: BLE001 - a warm-up: the costs are paid either way; its unseeded random
+            pass  # logits can tie within fp16 (top-1 floor), which must not end the model's run
 
 
 def _convert_targets(model: Any, samples: Any, arch: Any, targets: list[str], folder: Path,
