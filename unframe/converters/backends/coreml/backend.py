@@ -63,6 +63,10 @@ class CoreMLBackend(Backend):
     tensor_only = True  # no ai.onnx.ml ops, no strings: the route lowers them first
     option_names = ("target", "precision", "static", "dims", "enumerated", "image_input", "scale",
                     "bias", "color_layout", "class_labels", "sample_shapes", "stateful", "max_context")
+    # coremltools.optimize's weight quantization (quantize.py); int8 activations are calibrated
+    # by running the model with Core ML, which is macOS-only
+    quantize_schemes = ("w8", "w4")
+    quantize_excludes = True
 
     def distributions(self) -> tuple[str, ...]:
         return ("coremltools",)
@@ -121,6 +125,7 @@ class CoreMLBackend(Backend):
     def convert(self, model: ir.Model, target: Target, workdir: Path) -> Artifact:
         self.ensure_available()
         _check_memory(model)
+        raised = _quantize_target(target)
         translation = self._translation(model, target)
         blockers = translation.blockers + _option_blockers(model, target)
         if blockers:
@@ -130,6 +135,10 @@ class CoreMLBackend(Backend):
         mlmodel = _build(translation, target)
         name_map, plans = translation.names, translation.plans
         names = name_map.mapping
+        notes = list(translation.notes) + raised
+        sizes = None
+        if target.get("quantize") is not None:
+            mlmodel, sizes = _quantize(mlmodel, model, translation, target.get("quantize"), notes)
         kind = "mlpackage"
         path = Path(workdir) / "model.mlpackage"
         mlmodel.save(str(path))
@@ -139,8 +148,10 @@ class CoreMLBackend(Backend):
                 "unframe.values": json.dumps(name_map.values, sort_keys=True),
                 "unframe.target": _target_name(target),
                 "unframe.precision": "fp32 (every node pinned to fp32)" if pinned else precision}
-        artifact = Artifact(kind=kind, model=mlmodel, path=path, metadata=meta,
-                            notes=list(translation.notes))
+        if sizes is not None:  # float32 weights vs the package's weight file
+            meta["unframe.quantize"] = target.get("quantize").scheme.name
+            meta["quantized_size"] = (sizes, _weight_file_bytes(path))
+        artifact = Artifact(kind=kind, model=mlmodel, path=path, metadata=meta, notes=notes)
         if pinned:
             artifact.notes.append("computed in fp32: every node of the graph is pinned to fp32 "
                                   "(a classical ML model's labels come from comparing scores)")
@@ -271,6 +282,45 @@ def without_full_collection() -> Iterator[None]:
         yield
     finally:
         entry.gc = real
+
+
+def _quantize_target(target: Target) -> list[str]:
+    """w4 needs iOS18 (int4): a package whose target unframe chose is built for iOS18 (a note
+    says so); a lower ``--target`` the user gave is refused, naming the one that holds it."""
+    from unframe.converters.backends.coreml.quantize import W4_IOS
+    from unframe.converters.backends.coreml.translate import DEFAULT_TARGET
+
+    request = target.get("quantize")
+    if request is None or request.scheme.name != "w4" or _ios(target) >= W4_IOS:
+        return []
+    if target.get("target"):
+        why = f"int4 weights (--quantize w4) exist from iOS{W4_IOS}; --target {target.get('target')} has none"
+        raise UnsupportedError(f"CoreML can't hold --quantize w4 at --target {target.get('target')}",
+                               f"use --target iOS{W4_IOS}, or --quantize w8",
+                               blockers=[Blocker("*", why, hint=f"use --target iOS{W4_IOS}")])
+    target.options["target"] = f"iOS{W4_IOS}"
+    return [f"deployment target iOS{W4_IOS}: int4 weights (--quantize w4) exist from iOS{W4_IOS} "
+            f"(the default is {DEFAULT_TARGET}; --quantize w8 holds on it)"]
+
+
+def _quantize(mlmodel: Any, model: ir.Model, translation: Translation, request: Any,
+              notes: list[str]) -> tuple[Any, int]:
+    """coremltools.optimize on the built package (``quantize.py``); the float32 bytes of its weights."""
+    from unframe.converters.backends.coreml.quantize import float32_bytes, mil_ops_of, quantize_mlmodel
+
+    program = mlmodel._mil_program
+    excluded, missing = mil_ops_of(program, translation.names.values, model, request.exclude)
+    if missing:
+        notes.append(f"quantize: no MIL op found for the ONNX node(s) {', '.join(missing)}: they "
+                     "could not be kept in float")
+    before = float32_bytes(program)
+    quantized, said = quantize_mlmodel(mlmodel, request.scheme.name, excluded)
+    notes.extend(said)
+    return quantized, before
+
+
+def _weight_file_bytes(package: Path) -> int:
+    return sum(p.stat().st_size for p in (package / "Data").rglob("*.bin"))
 
 
 def _build(translation: Translation, target: Target) -> Any:
