@@ -138,6 +138,10 @@ class TensorRTBackend(Backend):
     option_names = ("precision", "shapes", "workspace", "timing_cache", "version_compatible",
                     "hardware_compatibility", "static", "sample_shapes",
                     "builder_optimization_level")
+    # int8 as an explicitly quantized network: the engine is built from a Q/DQ ONNX graph
+    # (quantize.py); nodes the sensitivity pass names stay float (no Q/DQ around them)
+    quantize_schemes = ("int8",)
+    quantize_excludes = True
 
     def missing(self) -> list[str]:
         return [] if trtmodule.installed_flavour() else ["tensorrt (or tensorrt_rtx)"]
@@ -168,6 +172,11 @@ class TensorRTBackend(Backend):
 
     def check_with_notes(self, model: ir.Model, target: Target) -> tuple[list[Blocker], list[str]]:
         precision = target.get("precision", "fp32")
+        request = target.get("quantize")
+        if request is not None:  # the graph the engine is built from is the Q/DQ one: check that
+            from unframe.converters.backends.tensorrt.quantize import quantized_graph
+
+            model = quantized_graph(model, request)[0]
         report = check_report(model)
         blockers = list(report.blockers)
         if precision not in PRECISIONS:
@@ -195,6 +204,16 @@ class TensorRTBackend(Backend):
         if precision not in PRECISIONS:
             raise UsageError(f"unknown TensorRT precision {precision!r}",
                              f"use one of {', '.join(PRECISIONS)}")
+        request = target.get("quantize")
+        float_model, quant_notes = model, []
+        if request is not None:
+            from unframe.converters.backends.tensorrt.quantize import quantized_graph
+
+            model, quant_notes = quantized_graph(model, request)
+            if precision != "fp32":
+                quant_notes.append(f"--precision {precision} not applied: the network is quantized "
+                                   f"({request.scheme.name}); what is not int8 computes in float32")
+                precision = "fp32"
         limits.check_stage_memory(int(BUILDER_MEMORY_PER_WEIGHT_BYTE * io.tensor_bytes(model)),
                                   "TensorRT's builder (its weights, tactics and the engine)")
         overflow, range_notes = range_analysis(model, precision)
@@ -218,8 +237,15 @@ class TensorRTBackend(Backend):
         if precision != "fp32":
             notes.append(f"{precision} compute set in the graph (strongly typed network); "
                          "inputs and outputs keep their types")
+        if request is not None:
+            from unframe.converters.backends.tensorrt.quantize import QDQ_KEY, weight_bytes
+
+            meta["quantize"] = request.scheme.name
+            # the stored weights the engine is built from: float32 graph vs the Q/DQ graph
+            meta["quantized_size"] = (weight_bytes(float_model), weight_bytes(model))
+            meta[QDQ_KEY] = model  # in memory only (write drops it): a prediction where the engine can't run
         return Artifact(kind="engine", model=result.engine, metadata=meta,
-                        notes=notes + range_notes)
+                        notes=notes + quant_notes + range_notes)
 
     def _metadata(self, result: Any, precision: str, profile: dict[str, Any],
                   onnx_path: Path) -> dict[str, Any]:
@@ -247,7 +273,11 @@ class TensorRTBackend(Backend):
     def runner(self, artifact: Artifact, target: Target) -> Runner:
         device = trtmodule.cuda_device()  # before any TensorRT runtime object: see trtmodule
         if isinstance(device, str):
-            raise RunnerUnavailable(f"no CUDA device: {device}")
+            from unframe.converters.backends.tensorrt.quantize import QDQ_KEY
+
+            qdq = "; the Q/DQ graph it was built from can stand in for it on onnxruntime" \
+                if artifact.metadata.get(QDQ_KEY) is not None else ""
+            raise RunnerUnavailable(f"no CUDA device: {device}{qdq}")
         from unframe.converters.backends.tensorrt.runner import TensorRTRunner
 
         return TensorRTRunner(artifact.model)
@@ -291,8 +321,11 @@ class TensorRTBackend(Backend):
         artifact.metadata.setdefault("provenance", {}).update(provenance)
 
     def write(self, artifact: Artifact, path: Path) -> list[Path]:
+        from unframe.converters.backends.tensorrt.quantize import QDQ_KEY
+
         path.write_bytes(artifact.model)
-        meta = dict(artifact.metadata, engine_sha256=hashlib.sha256(artifact.model).hexdigest())
+        meta = {k: v for k, v in artifact.metadata.items() if k != QDQ_KEY}
+        meta["engine_sha256"] = hashlib.sha256(artifact.model).hexdigest()
         return [path, write_sidecar(path, meta)]
 
 

@@ -10,7 +10,9 @@
 3. ``FoldConstantsPass``: nodes whose inputs are all initializers (or ``Shape``/``Size`` of a
    tensor with a static shape) are evaluated with onnx's reference evaluator and replaced by an
    initializer. Shape-computing subgraphs and Resize scales thus reach the parser as weights,
-   which is what its "must be an initializer" restrictions ask for.
+   which is what its "must be an initializer" restrictions ask for. A ``DequantizeLinear`` of an
+   int8/int4/fp8 weight (a ``--quantize int8`` Q/DQ graph) is not folded: TensorRT builds its
+   int8 kernels from it.
 4. ``ConstantTripCountPass`` (``unframe.passes.loops``): a Loop whose trip count is decided by
    its condition over constants alone (tf2onnx's ``for t in tf.range(12)``) gets that count as
    ``M``: the parser sizes scan outputs from ``M`` only.
@@ -112,6 +114,8 @@ class FoldConstantsPass(ir.passes.InPlacePass):
             return None
         if node.op_type in ("Shape", "Size"):
             return _shape_of_static(node)
+        if node.op_type == "DequantizeLinear" and _quantized_weight(node):
+            return None  # TensorRT fuses DQ(int8 weight) -> Conv/Gemm into an int8 kernel
         inputs = [v for v in node.inputs if v is not None]
         if not inputs or any(v.const_value is None or v.name in graph_inputs for v in inputs):
             return None
@@ -124,6 +128,17 @@ class FoldConstantsPass(ir.passes.InPlacePass):
         if sum(a.nbytes for a in arrays) > max(FOLD_GROWTH_BYTES, 2 * in_bytes):
             return None
         return arrays
+
+
+# DequantizeLinear inputs TensorRT builds from (an explicitly quantized network's weights): the
+# folded float32 copy would run in float, and the engine would be 4x larger
+QUANTIZED_WEIGHT_TYPES = {ir.DataType.INT8, ir.DataType.UINT8, ir.DataType.INT4, ir.DataType.UINT4,
+                          ir.DataType.FLOAT8E4M3FN}
+
+
+def _quantized_weight(node: ir.Node) -> bool:
+    data = node.inputs[0] if node.inputs else None
+    return data is not None and data.const_value is not None and data.const_value.dtype in QUANTIZED_WEIGHT_TYPES
 
 
 def _shape_of_static(node: ir.Node) -> list[np.ndarray] | None:
