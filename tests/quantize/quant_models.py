@@ -50,3 +50,55 @@ def onnx_accuracy(path: Any, trained: Trained) -> float:
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     scores = session.run(None, {session.get_inputs()[0].name: trained.test})[0]
     return float((scores.argmax(1) == trained.test_labels).mean())
+
+
+@dataclass
+class Decoder:
+    model: Any
+    windows: np.ndarray  # [N, T] int64 token ids of held-back text (prompts and calibration)
+
+
+def char_decoder(seed: int = 0, steps: int = 200, width: int = 64) -> Decoder:
+    """A character-level causal convolutional language model (embedding, three dilated causal
+    Conv1d with residuals, a linear head over 128 ASCII codes), trained for a few seconds on the
+    source of Python's own ``textwrap`` and ``json`` modules; ``input_ids`` in, ``{"logits"}`` out,
+    any sequence length."""
+    import json
+    import textwrap
+
+    import torch
+    from torch import nn
+
+    text = "".join(open(m.__file__, encoding="utf-8").read() for m in (textwrap, json.decoder))
+    codes = np.frombuffer(text.encode("ascii", "replace"), dtype=np.uint8).astype(np.int64) % 128
+
+    class CharConvLM(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.emb = nn.Embedding(128, width)
+            self.convs = nn.ModuleList(nn.Conv1d(width, width, 4, dilation=2 ** i) for i in range(3))
+            self.head = nn.Linear(width, 128)
+
+        def forward(self, input_ids: torch.Tensor) -> dict[str, torch.Tensor]:
+            h = self.emb(input_ids).transpose(1, 2)
+            for conv in self.convs:
+                left = (conv.kernel_size[0] - 1) * conv.dilation[0]
+                h = h + torch.relu(conv(nn.functional.pad(h, (left, 0))))
+            return {"logits": self.head(h.transpose(1, 2))}
+
+    torch.manual_seed(seed)
+    model = CharConvLM()
+    opt = torch.optim.Adam(model.parameters(), 3e-3)
+    train, held = codes[: int(len(codes) * 0.9)], codes[int(len(codes) * 0.9):]
+    rng = np.random.default_rng(seed)
+    for _ in range(steps):
+        starts = rng.integers(0, len(train) - 65, 16)
+        batch = torch.tensor(np.stack([train[s:s + 65] for s in starts]))
+        logits = model(batch[:, :-1])["logits"]
+        loss = nn.functional.cross_entropy(logits.reshape(-1, 128), batch[:, 1:].reshape(-1))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    model.eval()
+    windows = np.stack([held[s:s + 48] for s in range(0, len(held) - 48, 48)])
+    return Decoder(model, windows)

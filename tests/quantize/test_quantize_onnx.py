@@ -135,3 +135,25 @@ def test_cli_quantizes_a_pt2_file(tmp_path, trained, calibration) -> None:
     assert run.returncode == 0, run.stderr[-2000:]
     assert "accuracy (int8): passed" in run.stdout
     assert onnx_accuracy(tmp_path / "q.onnx", trained) >= trained.float_accuracy - 0.01
+
+
+@pytest.mark.slow
+def test_w4_decoder_keeps_its_tokens_and_perplexity(tmp_path) -> None:
+    """A character-level decoder trained on Python's own sources: w4 keeps at least 90% of 32
+    greedy tokens and the held-out perplexity within 5%, judged by the decoder guard."""
+    from quant_models import char_decoder
+
+    decoder = char_decoder()
+    sets = [{"input_ids": decoder.windows[i:i + 2]} for i in range(0, 60, 2)]
+    result = unframe.convert(decoder.model, to="onnx", sample_inputs={"input_ids": torch.tensor(decoder.windows[:2])},
+                             dynamic=[("input_ids", 1, "seq")], quantize="w4", calibration=sets,
+                             output=tmp_path / "decoder.w4.onnx")
+    check = result.report.stages[-1]
+    assert check.status == "passed" and check.tokens is not None and check.perplexity is not None, check.summary()
+    assert check.tokens >= 0.9 and check.perplexity[1] <= 1.05 * check.perplexity[0]
+    assert check.perplexity[0] < 8.0  # it learnt the text (128 codes at random: 128)
+    assert "int4" in " ".join(result.notes)
+    with pytest.raises(ParityError, match="perplexity"):  # the guard can fail: a stricter bound
+        unframe.convert(decoder.model, to="onnx", sample_inputs={"input_ids": torch.tensor(decoder.windows[:2])},
+                        dynamic=[("input_ids", 1, "seq")], quantize="w4", calibration=sets,
+                        accuracy="ppl=0.001", output=tmp_path / "strict.w4.onnx")

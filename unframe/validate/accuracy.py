@@ -9,7 +9,10 @@ compared output by output, pooled over the sets:
   compared exactly, their agreement counted the same way;
 - ``cos``: the cosine similarity of every float output, flattened over the sets;
 - ``rel``: the largest error relative to the output's scale (reported, not judged: int8 moves
-  single values more than it moves what the model decides).
+  single values more than it moves what the model decides);
+- for a decoder (``input_ids`` in, ``logits`` out): 32 greedy tokens from the first held-out
+  prompt on both sides (the share identical from the start, ``tokens``) and the perplexity of the
+  held-out sequences under each (its rise, ``ppl``), in place of top-1 and cosine.
 
 The guard passes when every classifier-like output's agreement reaches ``Thresholds.top1`` and
 every float output's cosine reaches ``Thresholds.cos``. A reference without spread (all zero,
@@ -39,10 +42,16 @@ class AccuracyCheck(StageParity):
     kept_float: list[str] = field(default_factory=list)
     size: tuple[int, int] | None = None  # bytes: the float artifact, the quantized one
     rounds: int = 1  # conversions the sensitivity pass made
+    tokens: float | None = None  # decoders: share of the greedy tokens identical from the start
+    perplexity: tuple[float, float] | None = None  # decoders: float, quantized
 
     def summary(self) -> str:
         parts = [f"{self.stage} ({self.scheme}): " + ("FAILED" if self.status == FAILED else "passed")
                  + f" on {self.cases} held-out input set(s)"]
+        if self.tokens is not None:
+            parts.append(f"greedy tokens identical {self.tokens:.0%}")
+        if self.perplexity is not None:
+            parts.append(f"perplexity {self.perplexity[0]:.3f} -> {self.perplexity[1]:.3f}")
         if self.top1 is not None:
             parts.append(f"top-1 agrees on {self.top1:.1%}")
         if self.cosine:
@@ -66,10 +75,15 @@ class AccuracyCheck(StageParity):
 def guard(reference: Runner, candidate: Runner, feeds: Sequence[Mapping[str, np.ndarray]],
           thresholds: Any, *, scheme: str = "") -> AccuracyCheck:
     """The guard's verdict on ``feeds`` (see the module's doc)."""
+    from unframe.validate.generate import DecoderSignature
+
     runs = [(reference.run(dict(f)), candidate.run(dict(f))) for f in feeds]
     names = [n for n in runs[0][0] if all(n in got for _, got in runs)] if runs else []
+    sig = DecoderSignature.of(list(feeds[0]) if feeds else [], names)
     check = AccuracyCheck("accuracy", reference.name, candidate.name, cases=len(feeds), scheme=scheme,
-                          thresholds=thresholds.describe())
+                          thresholds=thresholds.describe(decoder=sig is not None))
+    if sig is not None:
+        return _judge_decoder(check, reference, candidate, sig, runs, feeds, thresholds)
     missing = [n for n in (runs[0][0] if runs else {}) if n not in names]
     failures = [f"output(s) {', '.join(missing)} missing from the quantized artifact"] if missing else []
     for name in names:
@@ -87,6 +101,48 @@ def guard(reference: Runner, candidate: Runner, feeds: Sequence[Mapping[str, np.
     else:
         check.status = PASSED
     return check
+
+
+def _judge_decoder(check: AccuracyCheck, reference: Runner, candidate: Runner, sig: Any,
+                   runs: list[tuple[dict[str, np.ndarray], dict[str, np.ndarray]]],
+                   feeds: Sequence[Mapping[str, np.ndarray]], thresholds: Any) -> AccuracyCheck:
+    """A decoder: 32 greedy tokens from the first held-out prompt on both sides (the share
+    identical from the start), and the perplexity of the held-out sequences under each."""
+    from unframe.validate.generate import DEFAULT_STEPS, cache_template, greedy, prompt_of
+
+    feed = dict(feeds[0])
+    prompt, template = prompt_of(feed), cache_template(sig, feed)
+    a = greedy(reference, sig, prompt, DEFAULT_STEPS, template)
+    b = greedy(candidate, sig, prompt, DEFAULT_STEPS, template)
+    same = next((i for i, (x, y) in enumerate(zip(a.tokens, b.tokens, strict=True)) if x != y), len(a.tokens))
+    check.tokens = same / max(len(a.tokens), 1)
+    ppl_ref = perplexity([r[sig.logits] for r, _ in runs], [f["input_ids"] for f in feeds])
+    ppl_out = perplexity([g[sig.logits] for _, g in runs], [f["input_ids"] for f in feeds])
+    check.perplexity = (ppl_ref, ppl_out)
+    logits = _measure(sig.logits, [np.asarray(r[sig.logits]) for r, _ in runs],
+                      [np.asarray(g[sig.logits]) for _, g in runs], check)
+    check.outputs.append(logits)
+    failures = []
+    if check.tokens < thresholds.tokens:
+        failures.append(f"greedy tokens identical for {same} of {len(a.tokens)} (< {thresholds.tokens:.0%})")
+    if ppl_out > ppl_ref * (1 + thresholds.ppl):
+        failures.append(f"perplexity {ppl_ref:.3f} -> {ppl_out:.3f} (more than +{thresholds.ppl:.0%})")
+    check.status, check.reason = (FAILED, "; ".join(failures)) if failures else (PASSED, "")
+    return check
+
+
+def perplexity(logits: Sequence[np.ndarray], ids: Sequence[np.ndarray]) -> float:
+    """exp of the mean cross-entropy of each next token under the logits before it, over every
+    sequence of every set."""
+    total, count = 0.0, 0
+    for z, t in zip(logits, ids, strict=True):
+        z = np.asarray(z, dtype=np.float64)[:, :-1]
+        t = np.asarray(t)[:, 1:]
+        z = z - z.max(axis=-1, keepdims=True)
+        log_probs = z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
+        total -= float(np.take_along_axis(log_probs, t[..., None], axis=-1).sum())
+        count += t.size
+    return float(np.exp(total / max(count, 1)))
 
 
 def _measure(name: str, ref: list[np.ndarray], got: list[np.ndarray], check: AccuracyCheck) -> OutputParity:

@@ -18,7 +18,10 @@ Nodes named in ``QuantRequest.exclude`` stay in float (the sensitivity pass pick
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +31,7 @@ import onnx_ir as ir
 from unframe.passes.quantize.schemes import QuantRequest
 
 BLOCK = 32
+CLIPS = (1.0, 0.95, 0.9, 0.85, 0.8, 0.75)  # w4: the block ranges tried (fractions of the largest |w|)
 MIN_ELEMENTS = 256  # smaller weights (biases, norms' scales) are not worth a scale tensor
 W4_OPSET = 21  # int4 and blocked DequantizeLinear
 # op -> (the weight's input index, (output-channel axis, input axis) of a rank-r weight)
@@ -79,7 +83,7 @@ def _onnxruntime_quantize(model: ir.Model, request: QuantRequest, symmetric: boo
         def get_next(self) -> dict[str, np.ndarray] | None:
             return next(self._sets, None)
 
-    with tempfile.TemporaryDirectory(prefix="unframe-quant-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="unframe-quant-") as tmp, _quiet_root_logger():
         src, dst = Path(tmp) / "float.onnx", Path(tmp) / "quantized.onnx"
         proto = ir.to_proto(model)
         # the exporters' intermediate shapes are left to onnx's inference: onnxruntime's quantizer
@@ -103,6 +107,19 @@ def _onnxruntime_quantize(model: ir.Model, request: QuantRequest, symmetric: boo
     counts = _count_ops(quantized, ("QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear",
                                     "MatMulInteger", "ConvInteger"))
     return quantized, [f"{what}; {counts}" + (f"; kept in float: {', '.join(excluded)}" if excluded else "")]
+
+
+@contextlib.contextmanager
+def _quiet_root_logger() -> Iterator[None]:
+    """onnxruntime's quantizer logs advice ("consider pre-processing") on the root logger: to the
+    debug log, not the user's stderr."""
+    root = logging.getLogger()
+    before = root.level
+    root.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        root.setLevel(before)
 
 
 def _count_ops(model: ir.Model, ops: tuple[str, ...]) -> str:
@@ -177,7 +194,17 @@ def _int4_blocks(w: np.ndarray, block_axis: int) -> tuple[np.ndarray, np.ndarray
     split[block_axis:block_axis + 1] = [blocks, BLOCK]
     grouped = padded.reshape(split)
     peak = np.abs(grouped).max(axis=block_axis + 1)
-    scale = np.where(peak > 0, peak / 7.0, 1.0).astype(np.float32)
+    # each block's scale: the clipping of its range (of CLIPS) that rounds it with the least
+    # squared error; an outlier then costs its block less than the other 31 weights' resolution
+    best_scale = np.where(peak > 0, peak / 7.0, 1.0)
+    best_error = np.full(peak.shape, np.inf)
+    for clip in CLIPS:
+        trial = np.where(peak > 0, peak * clip / 7.0, 1.0)
+        t = np.expand_dims(trial, block_axis + 1)
+        error = ((np.clip(np.round(grouped / t), -7, 7) * t - grouped) ** 2).sum(axis=block_axis + 1)
+        better = error < best_error
+        best_scale, best_error = np.where(better, trial, best_scale), np.where(better, error, best_error)
+    scale = best_scale.astype(np.float32)
     q = np.clip(np.round(grouped / np.expand_dims(scale, block_axis + 1)), -7, 7)
     q = q.reshape(padded.shape)[tuple(slice(0, size) if i == block_axis else slice(None) for i in range(w.ndim))]
     return q.astype(np.int8).astype(ml_dtypes.int4), scale, {"axis": block_axis, "block_size": BLOCK}

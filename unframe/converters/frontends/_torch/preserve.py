@@ -313,10 +313,20 @@ def preserved(obj: Any, what: str) -> Iterator[None]:
     try:
         with _no_autocast(), full_float32():
             if root is not None:
-                root.eval()
+                _eval(root)
             yield
     finally:
         state.restore()
+
+
+def _eval(root: Any) -> None:
+    """``root.eval()``; a module that refuses it (a GraphModule from torch.export, or one that PT2E
+    quantization converted: its graph was traced in one mode) gets its flags set directly."""
+    try:
+        root.eval()
+    except NotImplementedError:
+        for module in root.modules():
+            module.training = False
 
 
 @contextlib.contextmanager
