@@ -506,7 +506,8 @@ def degenerate(values: Sequence[np.ndarray], allowed: float = 0.0) -> str:
     arrays = [np.asarray(v) for v in values]
     if not arrays or _kind(arrays[0]) != "float" or any(a.size == 0 for a in arrays):
         return ""
-    wide = [a.astype(np.float64) for a in arrays]
+    # max, min, isfinite and equality are exact in numpy's own float types: no float64 copies
+    wide = [a if str(a.dtype) in ("float16", "float32", "float64") else a.astype(np.float64) for a in arrays]
     if any(not np.all(np.isfinite(a)) for a in wide):
         bad = sum(int(np.count_nonzero(~np.isfinite(a))) for a in wide)
         return f"the reference is not finite ({bad} NaN/inf values)"
@@ -664,28 +665,51 @@ def as_text(values: np.ndarray) -> np.ndarray:
     return text.reshape(np.shape(values))
 
 
+CHUNK = 1 << 16  # elements compared at a time: the float64 temporaries stay in cache
+
+
 def _compare_float(res: OutputParity, ref: np.ndarray, out: np.ndarray, tol: tolerances.Tolerance) -> None:
-    a = ref.astype(np.float64)
-    b = out.astype(np.float64)
-    nan_a, nan_b = np.isnan(a), np.isnan(b)
-    inf_a, inf_b = np.isinf(a), np.isinf(b)
-    special_bad = (nan_a != nan_b) | ((inf_a | inf_b) & (a != b) & ~(nan_a & nan_b))
-    finite = ~(nan_a | nan_b | inf_a | inf_b)
-    diff = np.where(finite, np.abs(a - b), 0.0)
-    mag = np.abs(a)
-    if diff.size:  # the reference's own finite values: a candidate's inf leaves the scale as it is
-        res.scale = float(np.where(~(nan_a | inf_a), mag, 0.0).max())
+    """Element-wise comparison in float64, a chunk at a time (the same figures as over the
+    whole arrays: maxima, counts; one pass for the scale, one for the rest). Whole 17M-element
+    outputs made ~15 full-size float64 temporaries: 6 s a comparison, against 0.25 s chunked."""
+    a_all, b_all = ref.reshape(-1), out.reshape(-1)
+    n = a_all.size
+    scale = 0.0
+    for start in range(0, n, CHUNK):
+        a = np.abs(a_all[start:start + CHUNK].astype(np.float64))
+        a[~np.isfinite(a)] = 0.0  # the reference's own finite values: a candidate's inf leaves it
+        scale = max(scale, float(a.max()))
+    if n:
+        res.scale = scale
     res.atol = tolerances.effective_atol(tol, res.scale)
-    allowed = tolerances.allowance(tol, np.where(finite, mag, 0.0), res.scale)
-    res.allowed = float(np.max(allowed)) if np.size(allowed) else 0.0
-    bad = special_bad | (finite & (diff > allowed))
-    res.mismatched = int(np.count_nonzero(bad))
-    if diff.size:
-        res.max_abs = float(diff.max())
+    allowed_max = max_abs = 0.0
+    max_rel: float | None = None
+    mismatched, special = 0, False
+    for start in range(0, n, CHUNK):
+        a = a_all[start:start + CHUNK].astype(np.float64)
+        b = b_all[start:start + CHUNK].astype(np.float64)
+        nan_a, nan_b = np.isnan(a), np.isnan(b)
+        inf_a, inf_b = np.isinf(a), np.isinf(b)
+        special_bad = (nan_a != nan_b) | ((inf_a | inf_b) & (a != b) & ~(nan_a & nan_b))
+        finite = ~(nan_a | nan_b | inf_a | inf_b)
+        diff = np.where(finite, np.abs(a - b), 0.0)
+        mag = np.abs(a)
+        allowed = tolerances.allowance(tol, np.where(finite, mag, 0.0), res.scale)
+        allowed_max = max(allowed_max, float(np.max(allowed)))
+        mismatched += int(np.count_nonzero(special_bad | (finite & (diff > allowed))))
+        max_abs = max(max_abs, float(diff.max()))
         significant = finite & (mag > 1e-6)
         if np.any(significant):
-            res.max_rel = float((diff[significant] / mag[significant]).max())
-    if np.any(special_bad):
+            rel = float((diff[significant] / mag[significant]).max())
+            max_rel = rel if max_rel is None else max(max_rel, rel)
+        special = special or bool(np.any(special_bad))
+    res.allowed = allowed_max if n else 0.0
+    res.mismatched = mismatched
+    if n:
+        res.max_abs = max_abs
+        if max_rel is not None:
+            res.max_rel = max_rel
+    if special:
         res.max_abs = float("inf")
 
 
