@@ -89,9 +89,11 @@ class AccuracyStage(Stage):
         ref = flow.reference
         if candidate is None or request is None or ref is None:
             return
-        if isinstance(candidate, Unavailable):
+        judged = _predicted(flow, candidate)
+        if judged is None:
             flow.record(StageParity.skipped("accuracy", ref.name, candidate.candidate, candidate.reason))
             return
+        predicted, candidate = judged is not candidate, judged
         thresholds = parse_accuracy(flow.settings.options.get("accuracy"))
         held_out = flow.shared[QUANT][3]
         check = guard(ref, candidate, held_out, thresholds, scheme=request.scheme.name)
@@ -106,7 +108,7 @@ class AccuracyStage(Stage):
                     break
                 request.exclude = (*request.exclude, *ranked[:min(step, room)])
                 self.checks._convert(flow)
-                candidate, flow.candidate = flow.candidate, None
+                candidate, flow.candidate = _predicted(flow, flow.candidate), None
                 rounds += 1
                 check = guard(ref, candidate, held_out, thresholds, scheme=request.scheme.name)
                 if check:
@@ -114,6 +116,7 @@ class AccuracyStage(Stage):
         check.calibration = request.origin
         check.kept_float = list(request.exclude)
         check.rounds = rounds
+        check.predicted = "onnxruntime on the Q/DQ graph" if predicted else ""
         check.size = _sizes(flow)
         flow.report.add(check)
         if not check:
@@ -121,6 +124,9 @@ class AccuracyStage(Stage):
                               "nothing was written; calibrate on real inputs (--calibration), relax "
                               "--accuracy, or use a milder scheme (w8, int8-dynamic)", report=flow.report)
         flow.notes.append(f"quantize: {request.describe()}")
+        if predicted:
+            flow.notes.append(f"quantize: the accuracy guard ran {candidate.name}: a prediction, "
+                              "the artifact itself was not run")
         flow.reference = candidate
 
     def _can_keep_float(self, flow: Flow) -> bool:
@@ -128,6 +134,26 @@ class AccuracyStage(Stage):
 
     def describe(self) -> str:
         return super().describe().replace("parity  ", "accuracy")
+
+
+def _predicted(flow: Flow, candidate: Any) -> Any:
+    """The runner to judge: the artifact's own; or, where this machine can't run the artifact (a
+    TensorRT engine without a GPU) and its backend left the quantized ONNX graph it was built
+    from (``artifact.metadata["qdq_model"]``), onnxruntime on that graph, named as a prediction;
+    None when there is neither (the stage is then skipped)."""
+    import onnx_ir as ir
+
+    if not isinstance(candidate, Unavailable):
+        return candidate
+    graph = flow.artifact.metadata.get("qdq_model") if flow.artifact is not None else None
+    if not isinstance(graph, ir.Model):
+        return None
+    from unframe.validate.onnxruntime import onnx_runner
+
+    runner = onnx_runner(graph)
+    runner.name = (f"{runner.name} on the Q/DQ graph the {candidate.candidate} artifact was built "
+                   f"from (predicted; the artifact can't run here: {candidate.reason})")
+    return runner
 
 
 def _keepable(model: Any) -> int:

@@ -42,6 +42,7 @@ class AccuracyCheck(StageParity):
     kept_float: list[str] = field(default_factory=list)
     size: tuple[int, int] | None = None  # bytes: the float artifact, the quantized one
     rounds: int = 1  # conversions the sensitivity pass made
+    predicted: str = ""  # the artifact couldn't run here: what stood in for it (onnxruntime on its Q/DQ graph)
     tokens: float | None = None  # decoders: share of the greedy tokens identical from the start
     perplexity: tuple[float, float] | None = None  # decoders: float, quantized
 
@@ -65,6 +66,8 @@ class AccuracyCheck(StageParity):
             parts.append(f"{len(self.kept_float)} layer(s) kept in float ({shown})")
         if self.size:
             parts.append(f"size {self.size[1] / max(self.size[0], 1):.2f}x the float artifact")
+        if self.predicted:
+            parts.append(f"PREDICTED by {self.predicted} (the artifact itself was not run)")
         if self.status == FAILED and self.reason:
             parts.append(self.reason)
         if self.weak:
