@@ -184,3 +184,14 @@ def test_cli_torch_file_to_litert_and_executorch(tmp_path: Path) -> None:
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["cnn.pte", "cnn.pte.json", "cnn.tflite"]
     np.testing.assert_allclose(_tflite_run(tmp_path / "out" / "cnn.tflite", x.numpy()),
                                model(x).detach().numpy(), atol=1e-4, rtol=1e-4)
+
+
+def test_export_only_options_are_noted_not_refused_on_a_direct_route(tmp_path: Path) -> None:
+    """--kv-cache shapes the ONNX export; in a call whose target converts the module itself it
+    is said to apply elsewhere, and the conversion goes on (it used to be exit 2)."""
+    _needs("executorch")
+    model, x = small_cnn(seed=5), images()
+    result = unframe.convert(model, to="executorch", sample_inputs=x, kv_cache=True,
+                             output=tmp_path / "m.pte")
+    assert any("--kv-cache shapes the ONNX export" in n for n in result.notes)
+    assert result.report.stages[-1].status == "passed"

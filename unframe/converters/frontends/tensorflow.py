@@ -75,7 +75,6 @@ from typing import Any
 
 from unframe.converters.base import ConvertOptions, ExportResult, Frontend, InputSpec, Prepared
 from unframe.converters.registry import register_frontend
-from unframe.errors import UsageError
 from unframe.quiet import quiet_native_logs, quiet_tensorflow_env
 from unframe.validate.runner import Runner, TensorSpec
 
@@ -150,11 +149,12 @@ class TensorflowFrontend(Frontend):
     def prepare(self, native: Any, spec: InputSpec, opts: ConvertOptions) -> Prepared:
         from unframe.converters.frontends._tf.pipeline import prepare
 
-        if opts.get("nchw_inputs"):
-            raise UsageError("--nchw-inputs shapes the ONNX export; a direct route keeps the "
-                             "model's own layout", "drop --nchw-inputs, or convert to onnx")
         with quiet_native_logs():
-            return prepare(native, spec)
+            prepared = prepare(native, spec)
+        if opts.get("nchw_inputs"):  # the other targets of the call may still want it
+            prepared.notes.append("--nchw-inputs shapes the ONNX export: a direct route keeps the "
+                                  "model's own (channels-last) layout")
+        return prepared
 
     def runner(self, native: Any, export: ExportResult) -> Runner:
         from unframe.converters.frontends._tf.runners import make_runner

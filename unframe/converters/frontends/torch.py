@@ -192,10 +192,10 @@ class TorchFrontend(Frontend):
         proven by a probe run, the eager outputs on both feeds remembered by the runner. The
         module converts as it is (``--kv-cache`` and ``--precision bf16`` shape the ONNX export)."""
         what = self.describe(native)
-        if opts.get("kv_cache"):
-            raise UsageError("--kv-cache shapes the ONNX export; a direct route converts the module "
-                             "as it is", "drop --kv-cache, or convert to onnx")
         notes = list(_LOAD_NOTES.get(native, [])) + prepare_hf(native, spec.samples)
+        if opts.get("kv_cache"):  # the other targets of the call may still want it
+            notes.append("--kv-cache shapes the ONNX export: a direct route converts the module as "
+                         "it is, without the cache as inputs and outputs")
         inputs = self._inputs(native, _with_option_dynamic(spec, opts), what)
         inp.own_copies(inputs)
         fn = callable_of(native)
