@@ -1,0 +1,168 @@
+"""Quantized artifacts against the float ones (issue 38): size, batch-1 latency on this CPU
+(median of 30 runs after 5 warm-ups, each side in the same runtime), conversion time and the
+accuracy guard's figures, per model, scheme and target.
+
+Models: the CNN trained on scikit-learn's digits (tests/quantize/quant_models.py; calibrated on
+320 training images, its test accuracy measured in the artifact's runtime when the target is
+ONNX), torchvision's ResNet-18 and MobileNetV2 at 224x224 (random weights perturbed to give
+outputs of order 1; calibrated on drawn inputs: their guard figures say the artifact follows the
+float model, not that it classifies anything).
+
+    PYTHONPATH=. .venv/bin/python bench/quantize.py [--targets onnx,openvino] [--schemes int8,w8]
+        [--models digits,resnet18,mobilenet_v2] [--out docs/benchmarks/quantize.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "quantize"))
+sys.path.insert(0, str(Path(__file__).parent))
+
+from benchlib import torchvision_shim  # noqa: E402
+
+
+def digits() -> tuple[Any, Any, Any, Any]:
+    from quant_models import digits_cnn
+
+    t = digits_cnn()
+    return t.model, t.train[:8], t.train[:320], t
+
+
+def vision(name: str) -> tuple[Any, Any, Any, Any]:
+    import torch
+
+    torchvision_shim()
+    import torchvision
+
+    torch.manual_seed(0)
+    model = getattr(torchvision.models, name)(weights=None).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() > 1:
+                p.add_(torch.randn_like(p) * 0.1 * float(p.std()))
+    x = torch.randn(1, 3, 224, 224).numpy()
+    return model, x, None, None
+
+
+MODELS = {"digits": digits, "resnet18": lambda: vision("resnet18"), "mobilenet_v2": lambda: vision("mobilenet_v2")}
+
+
+def paired_latency(first: Any, second: Any, runs: int = 30, warmup: int = 5) -> tuple[float, float]:
+    """Median milliseconds of each, their runs alternating (a shared machine's load drifts: each
+    pair sees the same)."""
+    for _ in range(warmup):
+        first(), second()
+    times: tuple[list[float], list[float]] = ([], [])
+    for _ in range(runs):
+        for fn, out in ((first, times[0]), (second, times[1])):
+            started = time.perf_counter()
+            fn()
+            out.append(time.perf_counter() - started)
+    return statistics.median(times[0]) * 1e3, statistics.median(times[1]) * 1e3
+
+
+def artifact_runner(result: Any) -> Any:
+    branch = result.branch
+    return branch.backend.runner(result.artifact, branch.target)
+
+
+def row(name: str, target: str, scheme: str, model: Any, sample: Any, calib: Any, trained: Any,
+        folder: Path) -> dict[str, Any]:
+    import torch
+
+    import unframe
+    from unframe.errors import UnframeError
+    from unframe.route import get_backend
+
+    suffix = get_backend(target).suffixes[0]
+    x = torch.tensor(sample)
+    started = time.perf_counter()
+    flt = unframe.convert(model, to=target, sample_inputs=x, output=folder / f"{name}_float{suffix}", force=True)
+    float_s = time.perf_counter() - started
+    out: dict[str, Any] = {"model": name, "target": target, "scheme": scheme, "float_s": float_s}
+    try:
+        started = time.perf_counter()
+        quant = unframe.convert(model, to=target, sample_inputs=x, quantize=scheme,
+                                calibration=None if calib is None else [{"input": calib[i:i + len(sample)]}
+                                                                        for i in range(0, len(calib), len(sample))],
+                                output=folder / f"{name}_{scheme}{suffix}", force=True)
+        out["quant_s"] = time.perf_counter() - started
+    except UnframeError as exc:
+        out["error"] = f"exit {exc.exit_code}: {exc.message[:120]}"
+        return out
+    check = quant.report.stages[-1]
+    out.update(guard=check.status, top1=check.top1, cos=min(check.cosine.values()) if check.cosine else None,
+               kept=len(check.kept_float), size=(check.size[1] / check.size[0]) if check.size else None)
+    feed = {k: v for k, v in flt.flow.feeds[0].items()} if flt.flow is not None else None
+    f_run, q_run = artifact_runner(flt), artifact_runner(quant)
+    out["float_ms"], out["quant_ms"] = paired_latency(lambda: f_run.run(feed), lambda: q_run.run(feed))
+    if trained is not None and target == "onnx":
+        from quant_models import onnx_accuracy
+
+        out["float_acc"] = onnx_accuracy(folder / f"{name}_float{suffix}", trained)
+        out["quant_acc"] = onnx_accuracy(folder / f"{name}_{scheme}{suffix}", trained)
+    return out
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    def f(v: Any, fmt: str) -> str:
+        return "-" if v is None else format(v, fmt)
+
+    lines = ["| model | target | scheme | guard | top-1 | cosine | kept float | size | latency float -> quant (ms) | ratio | test acc float -> quant | convert s (float / quant) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"| {r['model']} | {r['target']} | {r['scheme']} | {r['error']} |  |  |  |  |  |  |  |  |")
+            continue
+        ratio = r["quant_ms"] / r["float_ms"] if r.get("float_ms") else None
+        acc = f"{r['float_acc']:.1%} -> {r['quant_acc']:.1%}" if "quant_acc" in r else "-"
+        lines.append(f"| {r['model']} | {r['target']} | {r['scheme']} | {r['guard']} | {f(r['top1'], '.1%')} | "
+                     f"{f(r['cos'], '.5f')} | {r['kept']} | {f(r['size'], '.2f')}x | {r['float_ms']:.2f} -> "
+                     f"{r['quant_ms']:.2f} | {f(ratio, '.2f')}x | {acc} | {r['float_s']:.1f} / {r['quant_s']:.1f} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--targets", default="onnx")
+    ap.add_argument("--schemes", default="int8,int8-dynamic,w8,w4")
+    ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--out", type=Path)
+    args = ap.parse_args()
+    from unframe.converters.registry import BACKENDS
+
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in args.models.split(","):
+            model, sample, calib, trained = MODELS[name]()
+            for target in args.targets.split(","):
+                holds = BACKENDS.get(target).quantize_schemes
+                for scheme in args.schemes.split(","):
+                    if scheme not in holds:
+                        continue
+                    rows.append(row(name, target, scheme, model, sample, calib, trained, Path(tmp)))
+                    print(rows[-1], flush=True)
+    text = table(rows)
+    print(text)
+    if args.out:
+        import onnxruntime
+
+        head = (f"# Quantized artifacts against the float ones\n\n`bench/quantize.py` ({__doc__.splitlines()[0]}),"
+                f" run on {time.strftime('%Y-%m-%d')} on a 2-core x86-64 CPU box without a GPU "
+                f"({platform.processor() or platform.machine()}), onnxruntime {onnxruntime.__version__}, one "
+                "thread pool per runtime at its defaults. Latency: batch 1 (the digits CNN at the samples' batch of 8), "
+                "median of 30 after 5 warm-ups, float and quantized artifacts in the same runtime, their runs alternating.\n\n")
+        args.out.write_text(head + text + "\n")
+
+
+if __name__ == "__main__":
+    main()
