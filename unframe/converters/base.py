@@ -141,13 +141,16 @@ class Prepared:
     # The example with the dynamic axes unframe proved fixed at the samples' sizes (None: nothing
     # to fix): what a direct route converts when its converter refuses the dynamic one
     freeze: Callable[[], Any] | None = None
+    # The source run in float64 (a runner, or None where the framework can't): what float32 alone
+    # moves its outputs by, a float32 artifact's parity floor when it fails at the default
+    precise: Callable[[], Runner | None] | None = None
 
     def fixed(self) -> Prepared | None:
         """The same preparation with the samples' static shapes (one feed), or None."""
         if self.freeze is None:
             return None
         return Prepared(self.native, self.freeze(), self.output_names, self.feeds[:1],
-                        list(self.notes), self.runner)
+                        list(self.notes), self.runner, precise=self.precise)
 
 
 class RunnerUnavailable(Exception):

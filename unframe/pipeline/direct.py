@@ -17,7 +17,7 @@ from typing import Any
 from unframe.converters.base import Backend, Frontend, Prepared, RunnerUnavailable, Target
 from unframe.errors import Blocker, UnsupportedError
 from unframe.pipeline.backend import BackendStage
-from unframe.pipeline.flow import Flow, Unavailable
+from unframe.pipeline.flow import Flow, Unavailable, in_parity_time
 from unframe.validate.compare import ParityReport
 from unframe.validate.runner import Runner
 
@@ -40,6 +40,7 @@ class DirectStage(BackendStage):
     def __init__(self, backend: Backend, frontend: Frontend, target: Target, output: Path | None) -> None:
         super().__init__(backend, target, output)
         self.frontend = frontend
+        self._noise: tuple[Any, Any, str] | None = None  # (feeds, RoundingError, runner) once measured
         self.detail = (f"build {', '.join(backend.suffixes)} from the {frontend.name} model itself "
                        f"({_route_module(backend, frontend)}; no ONNX)")
 
@@ -77,7 +78,35 @@ class DirectStage(BackendStage):
         return None  # no graph both sides share: the parity failure names the outputs
 
     def recover(self, flow: Flow, candidate: Runner | None) -> Runner | None:
-        return None  # the rounding floor is measured on an ONNX graph, which this route has none of
+        """A float32 artifact that failed at the default tolerance: measure what float32 alone
+        moves the source's outputs by (the source in float64, where its frontend can), which
+        raises the atol as the export's parity does (``validate.rounding.source_float32_error``):
+        the runtime's kernels sum in other orders. (A 16-bit artifact's floor is measured on an
+        ONNX graph, which this route has none of.)"""
+        from unframe.validate.rounding import source_float32_error
+
+        prepared = prepared_for(flow)
+        if (self._noise is not None or candidate is None or flow.reference is None or prepared.precise is None
+                or self.backend.compute_precision(self.target) != "fp32"):
+            return None
+        precise = prepared.precise()
+        if precise is None:
+            return None
+        feeds = flow.feeds
+        measured = in_parity_time(flow, "measuring the source's own float32 error",
+                                  lambda: source_float32_error(flow.reference, precise, feeds))
+        self._noise = (feeds, measured, precise.name)
+        if measured is None or not any(measured.allowance(n) for n in measured.errors):
+            return None
+        return candidate
+
+    def compare_options(self, flow: Flow) -> dict[str, Any]:
+        options = super().compare_options(flow)
+        measured = self._noise[1] if self._noise is not None and self._noise[0] is flow.feeds else None
+        if measured is not None:
+            options["floors"] = {n: measured.allowance(n) for n in measured.errors}
+            options["floor_origin"] = f"the source's own float32 error ({self._noise[2]})"
+        return options
 
 
 def convert_direct(be: Backend, fe: Frontend, prepared: Prepared, target: Target, workdir: Path

@@ -211,8 +211,11 @@ class TorchFrontend(Frontend):
         if probe is not None:
             runner.remember(probe.feed, probe.outputs)
             feeds.append(probe.feed)
+        from unframe.converters.frontends._torch.runner import float64_runner
+
         return Prepared(native, inputs, outputs, feeds, notes, runner,
-                        freeze=inputs.static_copy if inputs.guessed and probe is not None else None)
+                        freeze=inputs.static_copy if inputs.guessed and probe is not None else None,
+                        precise=lambda: float64_runner(native, inputs, outputs, what))
 
     def _samples(self, native: Any, spec: InputSpec) -> Any:
         return spec.samples if spec.samples is not None else (
