@@ -231,7 +231,7 @@ def zoo_section(report: Path) -> list[str]:
     rows = data["rows"]
     ok = sum(r["status"] == "ok" for r in rows)
     lines = ["## Reference zoo on OpenVINO", "",
-             f"`unframe zoo upgrade <zoo> --to openvino --opset 21 -j 2` (issue 37's target: 100 %): "
+             f"`unframe zoo upgrade <zoo> --to openvino --opset 21 -j N` (issue 37's target: 100 %): "
              f"**{ok} of {len(rows)} ok**, "
              + ", ".join(f"{sum(r['status'] == s for r in rows)} {s}" for s in ("refused", "failed")) + ". "
              "Parity is the IR on OpenVINO's CPU plugin (f32 inference) against onnxruntime on the "
