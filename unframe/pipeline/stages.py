@@ -121,7 +121,9 @@ class ExportStage(Stage):
         flow.opset_path = [o for o in [main_opset(flow.model)] if o]
         flow.notes.extend(flow.export.notes)
         if flow.validate:
-            flow.candidate = onnx_runner_of(flow.model, "the exported ONNX graph")
+            flow.candidate = candidate = onnx_runner_of(flow.model, "the exported ONNX graph")
+            for feed, outputs in flow.export.extra.pop("onnx_runs", []):  # the frontend's own check
+                candidate.remember(feed, outputs)
 
     def checked_seconds(self, flow: Flow) -> float:
         return flow.export.check_seconds if flow.export is not None else 0.0

@@ -34,6 +34,12 @@ class Deferred(Runner):
         self._runner: Runner | None = None
         self.what = what
         self.failure = failure
+        self._known: list[tuple[dict[str, Any], dict[str, Any]]] = []
+
+    def remember(self, feeds: dict[str, Any], outputs: dict[str, Any]) -> None:
+        """Outputs a run on these very feeds already gave (a frontend's own check of the same
+        graph): the first ``run`` on them returns them instead of running again (once each)."""
+        self._known.append((feeds, outputs))
 
     def pin(self) -> Runner:
         if self._runner is None:
@@ -52,6 +58,10 @@ class Deferred(Runner):
         return self.pin().output_names()
 
     def run(self, feeds: Any) -> dict[str, Any]:
+        for i, (known, outputs) in enumerate(self._known):
+            if known.keys() == feeds.keys() and all(known[k] is feeds[k] for k in feeds):
+                del self._known[i]
+                return dict(outputs)
         runner = self.pin()
         with self._typed("run", runner.name):
             return runner.run(feeds)

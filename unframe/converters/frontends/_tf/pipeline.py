@@ -28,7 +28,7 @@ from unframe.converters.frontends._tf.signature import (
 )
 from unframe.errors import InputError, UnframeError, UsageError
 from unframe.validate.onnxruntime import OnnxRuntimeRunner
-from unframe.validate.runner import TensorSpec
+from unframe.validate.runner import Runner, TensorSpec
 
 
 def export(model: TfModel, spec: InputSpec, opset: int, nchw_option: Any,
@@ -174,6 +174,7 @@ def _export(model: TfModel, inputs: list[TensorSpec], tf_feeds: list[dict[str, n
     feeds = [to_onnx_layout(f, nchw) for f in tf_feeds]
     tried: list[tuple[routes.Attempt, routes.Outcome]] = []
     finished: dict[int, ir.Model] = {}  # id(proto) -> edited graph, made once per route
+    ran: dict[int, list[Any]] = {}  # id(proto) -> onnxruntime's (feed, outputs) of its check
 
     low = low_compute_dtype(model)
 
@@ -183,7 +184,8 @@ def _export(model: TfModel, inputs: list[TensorSpec], tf_feeds: list[dict[str, n
         finished[id(proto)] = _finish(model, proto, inputs, nchw, spec)
         started = time.perf_counter()
         try:
-            return _check(model, finished[id(proto)], inputs, nchw, feeds, self_check, low)
+            return _check(model, finished[id(proto)], inputs, nchw, feeds, self_check, low,
+                          ran.setdefault(id(proto), []))
         finally:
             if self_check:  # a load check alone (nothing validated) is part of the export
                 checking[0] += time.perf_counter() - started
@@ -214,6 +216,8 @@ def _export(model: TfModel, inputs: list[TensorSpec], tf_feeds: list[dict[str, n
              "signature": model.signature}
     if outcome.parity_failed:
         extra["parity_failed"] = outcome.problem
+    elif ran.get(id(outcome.proto)) and id(outcome.proto) in finished:
+        extra["onnx_runs"] = ran[id(outcome.proto)]  # the parity stage needn't run them again
     return ExportResult(model=ir_model, tool=chosen.tool, route=chosen.route, opset=chosen.opset,
                         tool_versions=dict(versions), notes=list(notes) + route_notes, feeds=feeds,
                         tolerances=compute_tolerances(ir_model, low), extra=extra,
@@ -234,12 +238,35 @@ def _shape_of(inputs: Sequence[TensorSpec], name: str) -> tuple[Any, ...]:
 
 def _check(model: TfModel, candidate: ir.Model, inputs: Sequence[TensorSpec],
            nchw: Sequence[str], feeds: list[dict[str, np.ndarray]], parity: bool,
-           low: str | None) -> str:
+           low: str | None, ran: list[Any] | None = None) -> str:
     if not parity:
         return routes.load_problem(candidate, OnnxRuntimeRunner)
     ref = make_runner(model, inputs, [v.name for v in candidate.graph.outputs], nchw, memo=model.memo)
-    return routes.parity_problem(ref, candidate, feeds, OnnxRuntimeRunner,
+
+    def recorded(graph: ir.Model) -> Runner:
+        return _Recording(OnnxRuntimeRunner(graph), ran if ran is not None else [])
+
+    return routes.parity_problem(ref, candidate, feeds, recorded,
                                  compute_tolerances(candidate, low))
+
+
+class _Recording(Runner):
+    """onnxruntime as the self-check runs it, keeping each (feed, outputs) for the pipeline's
+    parity stage, which compares the same graph on the same feeds."""
+
+    def __init__(self, inner: Runner, into: list[Any]) -> None:
+        self.inner, self.into, self.name = inner, into, inner.name
+
+    def input_specs(self) -> Any:
+        return self.inner.input_specs()
+
+    def output_names(self) -> Any:
+        return self.inner.output_names()
+
+    def run(self, feeds: Any) -> dict[str, np.ndarray]:
+        outputs = self.inner.run(feeds)
+        self.into.append((feeds, outputs))
+        return outputs
 
 
 def _ranks_from_the_run(model: TfModel, graph: ir.Model, inputs: Sequence[TensorSpec],
