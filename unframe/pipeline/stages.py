@@ -122,8 +122,8 @@ class ExportStage(Stage):
         flow.notes.extend(flow.export.notes)
         if flow.validate:
             flow.candidate = candidate = onnx_runner_of(flow.model, "the exported ONNX graph")
-            for feed, outputs in flow.export.extra.pop("onnx_runs", []):  # the frontend's own check
-                candidate.remember(feed, outputs)
+            for feed, outputs, name in flow.export.extra.pop("onnx_runs", []):  # the frontend's own check
+                candidate.remember(feed, outputs, name)
 
     def checked_seconds(self, flow: Flow) -> float:
         return flow.export.check_seconds if flow.export is not None else 0.0

@@ -36,10 +36,12 @@ class Deferred(Runner):
         self.failure = failure
         self._known: list[tuple[dict[str, Any], dict[str, Any]]] = []
 
-    def remember(self, feeds: dict[str, Any], outputs: dict[str, Any]) -> None:
+    def remember(self, feeds: dict[str, Any], outputs: dict[str, Any], name: str = "") -> None:
         """Outputs a run on these very feeds already gave (a frontend's own check of the same
-        graph): the first ``run`` on them returns them instead of running again (once each)."""
+        graph, by the runner named ``name``): the first ``run`` on them returns them instead of
+        running again (once each), and the runner is built only if something else needs it."""
         self._known.append((feeds, outputs))
+        self._known_name = name or getattr(self, "_known_name", "")
 
     def pin(self) -> Runner:
         if self._runner is None:
@@ -49,6 +51,8 @@ class Deferred(Runner):
 
     @property
     def name(self) -> str:  # type: ignore[override]
+        if self._runner is None and getattr(self, "_known_name", ""):
+            return self._known_name
         return self.pin().name
 
     def input_specs(self) -> Any:

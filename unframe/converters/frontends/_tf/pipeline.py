@@ -265,7 +265,7 @@ class _Recording(Runner):
 
     def run(self, feeds: Any) -> dict[str, np.ndarray]:
         outputs = self.inner.run(feeds)
-        self.into.append((feeds, outputs))
+        self.into.append((feeds, outputs, self.inner.name))
         return outputs
 
 
