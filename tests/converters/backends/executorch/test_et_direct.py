@@ -68,10 +68,20 @@ def test_dynamic_batch_runs_inside_its_bounds(cnn: Prepared, cnn_fp32) -> None:
 
 
 def test_shapes_option_widens_the_bound(cnn: Prepared, tmp_path: Path) -> None:
+    """Every batch inside the recorded bounds runs, the largest included. torch.export keeps this
+    CNN's batch below 16 (its ranges say 2..16; the memory plan holds 15): the bound recorded is
+    the plan's, with a note, and the runner refuses 16 by name. It used to record 16, and a
+    batch of 16 failed inside the runtime (error 0x10)."""
     artifact, target = convert(cnn, tmp_path, shapes=[("x", (1, 3, 16, 16), (4, 3, 16, 16), (16, 3, 16, 16))])
-    assert artifact.metadata["bounds"] == {"batch": [1, 16]}
-    result = parity(cnn, artifact, target, [{"x": images(12).numpy()}])
-    assert result.status == "passed", result.reason
+    lo, hi = artifact.metadata["bounds"]["batch"]
+    assert lo == 1 and 12 <= hi <= 16
+    result = parity(cnn, artifact, target, [{"x": images(12).numpy()}, {"x": images(hi, seed=2).numpy()}])
+    assert result.status == "passed" and result.cases == 2, result.reason
+    if hi < 16:
+        assert any(f"holds batch up to {hi}, not 16" in n for n in artifact.notes), artifact.notes
+        runner = BACKENDS.get("executorch").runner(artifact, target)
+        with pytest.raises(UsageError, match=rf"the program takes 1\.\.{hi}"):
+            runner.run({"x": images(hi + 1).numpy()})
 
 
 def test_static_option_fixes_the_batch(cnn: Prepared, tmp_path: Path) -> None:
@@ -191,6 +201,35 @@ def test_program_that_fails_dynamic_is_built_static_by_the_route(tmp_path: Path)
     assert info.value.exit_code == 4
     assert [b.to_dict() for b in info.value.blockers] == [b.to_dict() for b in blockers]
     assert "_upsample_bilinear2d_aa" in blockers[0].reason
+
+
+class HalvesChannels(torch.nn.Module):
+    """``chunk`` on the channels: the export keeps the batch dynamic, ExecuTorch's edge lowering
+    fixes it at the traced size (its memory plan holds that batch only), as in torchvision's
+    ShuffleNetV2."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        a, b = x.chunk(2, dim=1)
+        return a * 2 + b
+
+
+def test_batch_the_lowering_fixes_is_refused_and_built_static_by_the_route(tmp_path: Path) -> None:
+    """The program ran the samples and the traced inputs (both of the traced batch), so it was
+    accepted as dynamic with bounds 1..8 its memory plan didn't hold; the route's parity then
+    fed the probe's batch: exit 5 ("Attempted to resize a bounded tensor")."""
+    import unframe
+
+    x = torch.randn(2, 4, 6, 6, generator=torch.Generator().manual_seed(5))
+    p = prepare(HalvesChannels(), x)
+    assert p.inputs.dynamic and output_scale(p) > 0.5
+    result = unframe.convert(HalvesChannels(), to="executorch", sample_inputs=(x,), output=tmp_path / "m.pte",
+                             locate=False)
+    assert any("built with the samples' static shapes" in n for n in result.notes), result.notes
+    stage = result.report.stages[-1]
+    assert stage.status == "passed" and stage.cases == 1, stage.reason
+    with pytest.raises(UnsupportedError) as info:
+        convert(p, tmp_path / "direct")
+    assert "fixed input 'x' axis 0 (batch) at 2" in info.value.blockers[0].reason
 
 
 class Inverse(torch.nn.Module):

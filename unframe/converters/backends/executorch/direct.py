@@ -73,7 +73,7 @@ class Lowered:
     delegation: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
-    failure: str = ""  # why the program with dynamic dims can't run the samples
+    failure: str = ""  # why the program with dynamic dims can't run the samples or take its bounds
     float_bytes: int = 0  # a quantized program's float weights, as float32 (for the size ratio)
 
 
@@ -178,8 +178,8 @@ def lower(native: Any, example: Any, target: Target, output_names: Sequence[str]
                                 hint="use --precision fp32 or fp16")])
     lowered = _lower_once(native, example, target, output_names, precision)
     if lowered.failure:
-        lowered.blockers.append(Blocker("*", f"the program with dynamic dims can't run the samples "
-                                             f"({lowered.failure})", hint=STATIC_HINT))
+        lowered.blockers.append(Blocker("*", f"the program with dynamic dims doesn't run here ({lowered.failure})",
+                                        hint=STATIC_HINT))
     return lowered
 
 
@@ -221,9 +221,11 @@ def _lower_once(native: Any, example: Any, target: Target, output_names: Sequenc
     if lowered.blockers:
         return lowered
     if lowered.record["bounds"]:
-        lowered.failure = _dynamic_failure(manager, lowered.record, example)
+        lowered.failure = _fixed_by_lowering(manager, lowered.record) or \
+            _dynamic_failure(manager, lowered.record, example)
         if lowered.failure:
             return lowered
+        lowered.notes += _planned_bounds(manager, lowered.record)
     lowered.manager = manager
     if precision == "fp16":
         lowered.notes.append("float16 weights and compute (a float16 copy of the model); inputs "
@@ -552,6 +554,56 @@ def _dynamic_failure(manager: Any, record: Mapping[str, Any], example: Any) -> s
             except RuntimeError as exc:
                 return failure_lines(log) or _first_line(exc)
     return ""
+
+
+def _fixed_by_lowering(manager: Any, record: Mapping[str, Any]) -> str:
+    """Which input axis the edge lowering fixed though the export kept it dynamic ("" when none
+    was): the program then takes the traced size only (torchvision's ShuffleNetV2: ``chunk`` on
+    the channels fixes the batch at 2, the memory plan holds 2). The samples and the traced
+    inputs, both of that size, run; a batch inside the recorded bounds would be refused."""
+    import torch
+    from torch.fx.experimental.symbolic_shapes import is_concrete_int
+
+    program = manager.exported_program()
+    nodes = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
+    placeholders = [nodes[u] for u in program.graph_signature.user_inputs if isinstance(u, str) and u in nodes]
+    for entry, node in zip(record["inputs"], placeholders, strict=False):
+        val = node.meta.get("val")
+        if not isinstance(val, torch.Tensor):
+            continue
+        for axis, dim in enumerate(entry["shape"]):
+            if isinstance(dim, str) and is_concrete_int(val.shape[axis]):  # a SymInt of a number, or an int
+                return (f"ExecuTorch's edge lowering fixed input {entry['name']!r} axis {axis} ({dim}) at "
+                        f"{int(val.shape[axis])}")
+    return ""
+
+
+def _planned_bounds(manager: Any, record: dict[str, Any]) -> list[str]:
+    """The recorded upper bounds lowered to what the memory plan holds, with a note, where it
+    holds less: the plan can stop below the maximum the program's ranges give (a CNN on 16x16
+    images with ``--shapes`` up to a batch of 16: the range says 2..16, the plan holds 15), and
+    the runtime would refuse the last sizes with a bare error code where the runner names the
+    bound."""
+    from unframe.converters.backends.executorch.runner import meta_dict
+
+    planned = meta_dict(runtime().load_program(bytes(manager.buffer)).metadata(METHOD))["inputs"]
+    shapes = {t["name"]: t["shape"] for t in record["inputs"]}
+    held: dict[str, int] = {}
+    for position, leaf in enumerate(record["leaves"]):
+        name = leaf.get("input")
+        if name is None or position >= len(planned) or not planned[position]["tensor"]:
+            continue
+        for dim, size in zip(shapes[name], planned[position]["sizes"], strict=False):
+            if isinstance(dim, str):
+                held[dim] = min(held.get(dim, size), size)
+    notes = []
+    for dim, size in sorted(held.items()):
+        lo, hi = record["bounds"][dim]
+        if size < hi:
+            record["bounds"][dim] = [lo, size]
+            notes.append(f"ExecuTorch's memory plan holds {dim} up to {size}, not {hi}: the program takes "
+                         f"{dim} {lo}..{size}")
+    return notes
 
 
 # -- edge and the program ----------------------------------------------------------------------
