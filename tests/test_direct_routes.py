@@ -226,3 +226,25 @@ def test_a_float32_artifact_is_held_to_the_sources_own_float32_error() -> None:
     stage = result.report.stages[-1]
     assert stage.status == "passed" and "source's own float32 error" in stage.summary(), stage.summary()
     assert stage.rel_to_scale < 0.01
+
+
+def test_direct_targets_run_when_the_onnx_export_fails(tmp_path: Path) -> None:
+    """One call, onnx and litert: torch.onnx has no translation for aten.cummax (exit 4 for the
+    onnx target), and LiteRT converts the module itself and is written, checked against torch."""
+    _needs("litert")
+
+    class CumMax(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.cummax(x, 1).values * 2 + 1
+
+    x = torch.randn(2, 5, generator=torch.Generator().manual_seed(0))
+    with pytest.raises(api.PartialFailure) as err:
+        unframe.convert(CumMax(), to=["onnx", "litert"], sample_inputs=x, output=tmp_path / "out")
+    result = err.value.result
+    assert result.errors["onnx"].exit_code == 4
+    if "litert" in result.errors:  # litert-torch refusing the op too is an honest exit 4
+        assert result.errors["litert"].exit_code == 4
+        assert "torch.onnx" not in result.errors["litert"].message  # its own reason, not the export's
+    else:
+        assert result["litert"].report.stages[-1].status == "passed"
+        assert (tmp_path / "out" / "model.tflite").is_file()

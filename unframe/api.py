@@ -242,9 +242,12 @@ def _run(route: Route, request: Request, observer: pl.Observer, multi: bool) -> 
     first_output = route.branches[0].output if route.branches else None
     with pl.running(pl.Flow(request.settings, request.source, route.load.frontend,
                             output=first_output)) as flow:
-        pl.run_stages(route.prefix, flow, observer)
+        shared_failure = _run_prefix(route, flow, observer, multi)
         last = len(route.branches) - 1
         for i, branch in enumerate(route.branches):
+            if shared_failure is not None and not branch.direct:
+                outcome.errors[branch.name] = shared_failure  # its ONNX graph was never made
+                continue
             fork = flow.fork(clone=i < last)
             fork.output = branch.output
             try:
@@ -266,6 +269,22 @@ def _run(route: Route, request: Request, observer: pl.Observer, multi: bool) -> 
     if outcome.errors:
         raise PartialFailure(outcome)
     return outcome
+
+
+def _run_prefix(route: Route, flow: pl.Flow, observer: pl.Observer, multi: bool) -> UnframeError | None:
+    """The shared stages. When the export (or its parity) fails in a call with direct targets,
+    those still run from the loaded model: the failure is returned for the ONNX targets."""
+    loading = [s for s in route.prefix if s.kind == "load"]
+    pl.run_stages(loading, flow, observer)
+    rest = [s for s in route.prefix if s.kind != "load"]
+    try:
+        pl.run_stages(rest, flow, observer)
+    except UnframeError as exc:
+        if not multi or not any(b.direct for b in route.branches):
+            raise
+        flow.model, flow.export = None, None
+        return exc
+    return None
 
 
 def _result(route: Route, branch: Branch, flow: pl.Flow) -> ConversionResult:

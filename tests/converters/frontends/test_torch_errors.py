@@ -170,3 +170,19 @@ def test_data_dependent_code_every_exporter_refused_is_exit_4() -> None:
     assert "--exporter torchscript" in one.hint
     not_data = exp.conversion_error(failures, False, ("dynamo", "torchscript"))
     assert isinstance(not_data, ConversionError)
+
+
+def test_an_op_no_exporter_translates_is_exit_4_naming_it() -> None:
+    """aten.cummax has no ONNX translation in either exporter: the model has what no route to
+    ONNX takes (exit 4, a blocker per op), not a failure of the conversion (exit 9)."""
+    import unframe
+    from unframe.errors import UnsupportedError
+
+    class CumMax(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.cummax(x, 1).values * 2
+
+    with pytest.raises(UnsupportedError) as err:
+        unframe.convert(CumMax(), to="onnx", sample_inputs=torch.randn(2, 5))
+    assert err.value.exit_code == 4 and "aten.cummax" in err.value.message
+    assert [b.op for b in err.value.blockers] == ["aten.cummax"]

@@ -270,6 +270,16 @@ def conversion_error(failures: list[str], data_dependent: bool, tried: tuple[str
     Data-dependent code that every exporter was tried on (and refused) is a model the exporters
     can't take: exit 4, as an unsupported op is, not a failure of the conversion (exit 9)."""
     untried = [route for route in ("dynamo", "torchscript") if route not in tried]
+    ops = sorted({op for f in failures for op in _untranslated_ops(f)})
+    if ops and not untried and all(_untranslated_ops(f) for f in failures):
+        from unframe.errors import Blocker
+
+        return UnsupportedError(
+            f"no torch.onnx exporter translates {', '.join(ops)} to ONNX: " + " | ".join(failures),
+            "replace the op in the model, or convert to a target that converts the module itself "
+            "(--to executorch, litert)",
+            blockers=[Blocker(op, "torch.onnx has no ONNX translation for it", hint="replace it in the model")
+                      for op in ops])
     if data_dependent and not untried and not exported_program:
         return UnsupportedError(
             "no torch.onnx exporter takes this model's data-dependent code: " + " | ".join(failures),
@@ -285,6 +295,15 @@ def conversion_error(failures: list[str], data_dependent: bool, tried: tuple[str
         steps.append("simplify the model (static shapes, no data-dependent branches) or export it "
                      "to ONNX yourself")
     return ConversionError(" | ".join(failures), "; ".join(steps))
+
+
+# how the exporters say an op has no ONNX translation: dynamo's dispatcher, TorchScript's symbolic
+_NO_TRANSLATION = (re.compile(r"No ONNX function found for <OpOverload\(op='([\w.]+)'"),
+                   re.compile(r"Exporting the operator '?([\w:.]+)'? to ONNX opset version \d+ is not supported"))
+
+
+def _untranslated_ops(failure: str) -> list[str]:
+    return [m.group(1).replace("::", ".") for pattern in _NO_TRANSLATION for m in pattern.finditer(failure)]
 
 
 def unlifted(program: Any, inputs: ModelInputs) -> Any:
