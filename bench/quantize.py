@@ -103,8 +103,15 @@ def row(name: str, target: str, scheme: str, model: Any, sample: Any, calib: Any
     out.update(guard=check.status, top1=check.top1, cos=min(check.cosine.values()) if check.cosine else None,
                kept=len(check.kept_float), size=(check.size[1] / check.size[0]) if check.size else None)
     feed = {k: v for k, v in flt.flow.feeds[0].items()} if flt.flow is not None else None
-    f_run, q_run = artifact_runner(flt), artifact_runner(quant)
-    out["float_ms"], out["quant_ms"] = paired_latency(lambda: f_run.run(feed), lambda: q_run.run(feed))
+    from unframe.converters.base import RunnerUnavailable
+
+    try:
+        f_run, q_run = artifact_runner(flt), artifact_runner(quant)
+    except RunnerUnavailable as why:  # a TensorRT engine without a GPU: no latency here
+        out["float_ms"] = out["quant_ms"] = None
+        out["latency_note"] = str(why)
+    else:
+        out["float_ms"], out["quant_ms"] = paired_latency(lambda: f_run.run(feed), lambda: q_run.run(feed))
     if trained is not None and target == "onnx":
         from quant_models import onnx_accuracy
 
@@ -125,9 +132,11 @@ def table(rows: list[dict[str, Any]]) -> str:
             continue
         ratio = r["quant_ms"] / r["float_ms"] if r.get("float_ms") else None
         acc = f"{r['float_acc']:.1%} -> {r['quant_acc']:.1%}" if "quant_acc" in r else "-"
+        latency = (f"{r['float_ms']:.3f} -> {r['quant_ms']:.3f}" if r.get("float_ms") is not None
+                   else "not run here (no GPU)")
         lines.append(f"| {r['model']} | {r['target']} | {r['scheme']} | {r['guard']} | {f(r['top1'], '.1%')} | "
-                     f"{f(r['cos'], '.5f')} | {r['kept']} | {f(r['size'], '.2f')}x | {r['float_ms']:.2f} -> "
-                     f"{r['quant_ms']:.2f} | {f(ratio, '.2f')}x | {acc} | {r['float_s']:.1f} / {r['quant_s']:.1f} |")
+                     f"{f(r['cos'], '.5f')} | {r['kept']} | {f(r['size'], '.2f')}x | {latency} | "
+                     f"{f(ratio, '.2f')}x | {acc} | {r['float_s']:.1f} / {r['quant_s']:.1f} |")
     return "\n".join(lines)
 
 
