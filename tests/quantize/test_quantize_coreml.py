@@ -19,24 +19,8 @@ torch = pytest.importorskip("torch", reason="needs torch")
 pytest.importorskip("sklearn", reason="needs scikit-learn (its digits dataset)")
 pytest.importorskip("coremltools", reason="needs coremltools")
 
-from quant_models import digits_cnn  # noqa: E402
 
 QUANTIZED = ("constexpr_blockwise_shift_scale", "constexpr_affine_dequantize")
-
-
-@pytest.fixture(scope="module")
-def trained():
-    t = digits_cnn()
-    assert t.float_accuracy > 0.85  # a model that learnt something: accuracy can be lost
-    return t
-
-
-@pytest.fixture(scope="module")
-def calibration(tmp_path_factory, trained) -> Path:
-    """Real inputs: the guard's held-out sets come from them (weight-only schemes calibrate nothing)."""
-    path = tmp_path_factory.mktemp("calib") / "calib.npz"
-    np.savez(path, input=trained.train[:320])
-    return path
 
 
 def package_accuracy(path: Path, trained) -> float:

@@ -20,21 +20,7 @@ torch = pytest.importorskip("torch", reason="needs torch")
 pytest.importorskip("sklearn", reason="needs scikit-learn (its digits dataset)")
 pytest.importorskip("executorch", reason="needs the executorch extra (unframe[executorch])")
 
-from quant_models import Trained, digits_cnn  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def trained() -> Trained:
-    t = digits_cnn()
-    assert t.float_accuracy > 0.85  # a model that learnt something: accuracy can be lost
-    return t
-
-
-@pytest.fixture(scope="module")
-def calibration(tmp_path_factory, trained) -> Path:
-    path = tmp_path_factory.mktemp("calib") / "calib.npz"
-    np.savez(path, input=trained.train[:320])  # rows: cut into sets of the samples' batch
-    return path
+from quant_models import Trained  # noqa: E402
 
 
 def pte_accuracy(path: Path, trained: Trained) -> float:

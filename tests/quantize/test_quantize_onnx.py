@@ -25,20 +25,6 @@ from quant_models import digits_cnn, onnx_accuracy  # noqa: E402
 UNFRAME = Path(sys.executable).with_name("unframe")
 
 
-@pytest.fixture(scope="module")
-def trained():
-    t = digits_cnn()
-    assert t.float_accuracy > 0.85  # a model that learnt something: accuracy can be lost
-    return t
-
-
-@pytest.fixture(scope="module")
-def calibration(tmp_path_factory, trained) -> Path:
-    path = tmp_path_factory.mktemp("calib") / "calib.npz"
-    np.savez(path, input=trained.train[:320])  # a dataset of rows: cut into sets of the samples' batch
-    return path
-
-
 @pytest.mark.parametrize("scheme", ["int8", "int8-dynamic", "w8", "w4"])
 def test_each_scheme_keeps_accuracy_and_passes_the_guard(tmp_path, trained, calibration, scheme) -> None:
     out = tmp_path / f"digits_{scheme}.onnx"

@@ -24,20 +24,6 @@ from quant_models import digits_cnn  # noqa: E402
 RESHAPING = ("Reshape", "Squeeze", "Unsqueeze", "Transpose")
 
 
-@pytest.fixture(scope="module")
-def trained():
-    t = digits_cnn()
-    assert t.float_accuracy > 0.85  # a model that learnt something: accuracy can be lost
-    return t
-
-
-@pytest.fixture(scope="module")
-def calibration(tmp_path_factory, trained) -> Path:
-    path = tmp_path_factory.mktemp("calib") / "calib.npz"
-    np.savez(path, input=trained.train[:320])
-    return path
-
-
 def ir_accuracy(xml: Path, trained) -> float:
     """Test accuracy of the written IR on OpenVINO's CPU plugin (compiled as OpenVINO users do:
     no precision hint), fed in the batch the IR was built for."""

@@ -20,16 +20,9 @@ from unframe.converters.base import Target
 torch = pytest.importorskip("torch", reason="needs torch")
 pytest.importorskip("sklearn", reason="needs scikit-learn (its digits dataset)")
 
-from quant_models import Trained, digits_cnn  # noqa: E402
+from quant_models import Trained  # noqa: E402
 
 FAST = {"builder_optimization_level": 0}
-
-
-@pytest.fixture(scope="module")
-def trained() -> Trained:
-    t = digits_cnn()
-    assert t.float_accuracy > 0.85
-    return t
 
 
 @pytest.fixture(scope="module")

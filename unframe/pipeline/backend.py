@@ -50,12 +50,8 @@ class BackendStage(Stage):
         be, tgt = self.backend, self.target
         near = self.output.parent if self.output is not None else None
         flow.artifact = be.convert(flow.model, tgt, flow.work_dir(near))
-        if not flow.validate or not (be.changes_compute(tgt) or tgt.get("quantize")):
-            return
-        try:
-            flow.candidate = be.runner(flow.artifact, tgt)
-        except RunnerUnavailable as why:
-            flow.candidate = Unavailable(be.name, str(why))
+        if flow.validate and (be.changes_compute(tgt) or tgt.get("quantize")):
+            offer_runner(flow, be, tgt)
 
     def locate_plan(self, flow: Flow, tolerance: float, candidate: Runner | None = None) -> Any:
         from unframe.locate import LocatePlan
@@ -136,6 +132,15 @@ class BackendStage(Stage):
 
     def decode_steps(self, flow: Flow) -> int:
         return self.backend.decode_steps(self.target)
+
+
+def offer_runner(flow: Flow, be: Backend, target: Target) -> None:
+    """The artifact's runner for the parity stage after a backend stage, or why this machine
+    can't run it (the parity stage then records itself skipped)."""
+    try:
+        flow.candidate = be.runner(flow.artifact, target)
+    except RunnerUnavailable as why:
+        flow.candidate = Unavailable(be.name, str(why))
 
 
 def wanted_quant(flow: Flow) -> bool:

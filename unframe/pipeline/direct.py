@@ -14,10 +14,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from unframe.converters.base import Backend, Frontend, Prepared, RunnerUnavailable, Target
+from unframe.converters.base import Backend, Frontend, Prepared, Target
 from unframe.errors import Blocker, UnsupportedError
-from unframe.pipeline.backend import BackendStage
-from unframe.pipeline.flow import Flow, Unavailable, in_parity_time
+from unframe.pipeline.backend import BackendStage, offer_runner
+from unframe.pipeline.flow import Flow, in_parity_time
 from unframe.validate.compare import ParityReport
 from unframe.validate.runner import Runner
 
@@ -67,12 +67,8 @@ class DirectStage(BackendStage):
         if used.feeds is not prepared_for(flow).feeds:  # built static: parity runs its one feed
             flow._feeds = list(used.feeds)
             flow.notes.append(used.notes[-1])
-        if not flow.validate:
-            return
-        try:
-            flow.candidate = be.runner(flow.artifact, tgt)
-        except RunnerUnavailable as why:
-            flow.candidate = Unavailable(be.name, str(why))
+        if flow.validate:
+            offer_runner(flow, be, tgt)
 
     def locate_plan(self, flow: Flow, tolerance: float, candidate: Runner | None = None) -> Any:
         return None  # no graph both sides share: the parity failure names the outputs
@@ -101,12 +97,9 @@ class DirectStage(BackendStage):
         return candidate
 
     def compare_options(self, flow: Flow) -> dict[str, Any]:
-        options = super().compare_options(flow)
-        measured = self._noise[1] if self._noise is not None and self._noise[0] is flow.feeds else None
-        if measured is not None:
-            options["floors"] = {n: measured.allowance(n) for n in measured.errors}
-            options["floor_origin"] = f"the source's own float32 error ({self._noise[2]})"
-        return options
+        from unframe.pipeline.stages import float32_floors
+
+        return {**super().compare_options(flow), **float32_floors(self._noise, flow)}
 
 
 def convert_direct(be: Backend, fe: Frontend, prepared: Prepared, target: Target, workdir: Path

@@ -129,12 +129,7 @@ class ExportStage(Stage):
         return flow.export.check_seconds if flow.export is not None else 0.0
 
     def compare_options(self, flow: Flow) -> dict[str, Any]:
-        options = super().compare_options(flow)
-        measured = self._noise[1] if self._noise is not None and self._noise[0] is flow.feeds else None
-        if measured is not None:
-            options["floors"] = {n: measured.allowance(n) for n in measured.errors}
-            options["floor_origin"] = f"the source's own float32 error ({self._noise[2]})"
-        return options
+        return {**super().compare_options(flow), **float32_floors(self._noise, flow)}
 
     def recover(self, flow: Flow, candidate: Runner | None) -> Runner | None:
         """After the export's parity failed at the default tolerance: run the source in float64
@@ -165,6 +160,17 @@ class ExportStage(Stage):
             return None
         return LocatePlan(flow.model, source, OnnxTap(flow.model), reproduce=run_on_onnxruntime,
                           source_of=source_namer(flow), tolerance=tolerance)
+
+
+def float32_floors(noise: tuple[Any, Any, str] | None, flow: Flow) -> dict[str, Any]:
+    """The compare options a measured float32 error of the source gives (``noise``: the feeds it
+    was measured on, the ``RoundingError``, the precise runner's name), when it was measured on
+    the feeds being compared."""
+    measured = noise[1] if noise is not None and noise[0] is flow.feeds else None
+    if measured is None:
+        return {}
+    return {"floors": {n: measured.allowance(n) for n in measured.errors},
+            "floor_origin": f"the source's own float32 error ({noise[2]})"}
 
 
 class OpsetStage(Stage):
