@@ -14,7 +14,7 @@ from unframe.errors import InputError
 from unframe.opset import main_opset
 from unframe.pipeline.flow import Flow, source_text
 from unframe.pipeline.locating import source_namer
-from unframe.validate.deferred import Deferred, onnx_runner_of
+from unframe.validate.deferred import Deferred, graph_fingerprint, onnx_runner_of
 from unframe.validate.runner import Runner
 
 if TYPE_CHECKING:
@@ -122,8 +122,10 @@ class ExportStage(Stage):
         flow.notes.extend(flow.export.notes)
         if flow.validate:
             flow.candidate = candidate = onnx_runner_of(flow.model, "the exported ONNX graph")
-            for feed, outputs, name in flow.export.extra.pop("onnx_runs", []):  # the frontend's own check
-                candidate.remember(feed, outputs, name)
+            fingerprint, runs = flow.export.extra.pop("onnx_runs", (None, []))
+            if runs and fingerprint == graph_fingerprint(flow.model):  # the frontend's own check
+                for feed, outputs, name in runs:
+                    candidate.remember(feed, outputs, name)
 
     def checked_seconds(self, flow: Flow) -> float:
         return flow.export.check_seconds if flow.export is not None else 0.0

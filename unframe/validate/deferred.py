@@ -85,6 +85,17 @@ class Deferred(Runner):
                                hint) from exc
 
 
+def graph_fingerprint(model: ir.Model) -> tuple[Any, ...]:
+    """What a run's outputs depend on, cheaply (no tensor read): each node's op and value names,
+    and which tensor object each initializer holds. Outputs remembered for one fingerprint are
+    reused only while the graph still has it (a frontend that edits the graph after its own check
+    gets its graph run again)."""
+    nodes = tuple((n.op_type, n.domain, tuple(v.name if v is not None else "" for v in n.inputs),
+                   tuple(v.name for v in n.outputs)) for n in model.graph)
+    weights = tuple((name, id(v.const_value)) for name, v in model.graph.initializers.items())
+    return nodes, weights
+
+
 def onnx_runner_of(model: ir.Model, what: str = "the converted model") -> Deferred:
     from unframe.validate.onnxruntime import onnx_runner
 

@@ -3,7 +3,7 @@ sample or by a dedicated test in this folder."""
 
 from __future__ import annotations
 
-from conftest import all_node_cases
+from node_cases import all_node_cases
 from test_coreml_node_cases import SAMPLE
 
 from unframe.converters.backends.coreml.ops import TRANSLATORS, supported_ops

@@ -436,7 +436,7 @@ ONNX_CASES = ["center_point_box_format", "flipped_coordinates", "identical_boxes
 def test_onnx_node_cases(tmp_path: Path, name: str) -> None:
     """onnx's NonMaxSuppression cases, thresholds frozen to constants (bench/coreml_nodes.py),
     against their expected outputs; the two that don't map are blockers."""
-    from conftest import all_node_cases, bench_module
+    from node_cases import all_node_cases, bench_module
 
     case = all_node_cases().get(f"test_nonmaxsuppression_{name}")
     if case is None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import all_node_cases, bench_module
+from node_cases import all_node_cases, bench_module
 
 # One or more cases per translated op (the benchmark runs all ~1900).
 SAMPLE = [

@@ -217,7 +217,10 @@ def _export(model: TfModel, inputs: list[TensorSpec], tf_feeds: list[dict[str, n
     if outcome.parity_failed:
         extra["parity_failed"] = outcome.problem
     elif ran.get(id(outcome.proto)) and id(outcome.proto) in finished:
-        extra["onnx_runs"] = ran[id(outcome.proto)]  # the parity stage needn't run them again
+        from unframe.validate.deferred import graph_fingerprint
+
+        # the parity stage needn't run them again, while the graph is the one they ran
+        extra["onnx_runs"] = (graph_fingerprint(ir_model), ran[id(outcome.proto)])
     return ExportResult(model=ir_model, tool=chosen.tool, route=chosen.route, opset=chosen.opset,
                         tool_versions=dict(versions), notes=list(notes) + route_notes, feeds=feeds,
                         tolerances=compute_tolerances(ir_model, low), extra=extra,
