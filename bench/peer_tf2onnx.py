@@ -9,7 +9,9 @@ would hand it over, with default options:
 * backend/cond/loops/string cases (``Tf2OnnxBackendTestBase.run_test_case`` hooked): the test's
   function as ``tf.function(func)`` with the test's feed as positional sample inputs; a case the
   suite builds in a TF1 session (``as_session=True``) is a frozen GraphDef, so it goes to unframe as
-  the ``.pb`` file the suite freezes, with its output names (``outputs=[...]``);
+  the ``.pb`` file the suite freezes, with its output names (``outputs=[...]``); when that graph
+  holds lookup tables, whose contents a frozen graph drops (the anchor reads them from the live
+  session), as the TF1 SavedModel of the same session (tables filled from its assets);
 * Keras unit tests (``run_onnx_runtime`` hooked, the model from the hooked ``convert_keras``): the
   Keras model with the test's data as sample inputs.
 
@@ -268,10 +270,17 @@ def unframe_backend_case(rec: Recorder, test: Any, func: Any, feed_dict: dict[st
         tf_reset_default_graph()
     values = list(feed_dict.values())
     if opts["as_session"]:
-        path = rec.tmp / f"{abs(hash(rec.current))}.pb"
-        path.write_bytes(graph_def.SerializeToString())
         samples = {k.split(":")[0]: v for k, v in feed_dict.items()}
-        result, outcome = _convert(path, sample_inputs=samples, outputs=list(output_names))
+        if any(n.op in ("HashTableV2", "MutableHashTableV2") for n in graph_def.node):
+            # a frozen graph holds no table contents (the freeze drops the initializer): the TF1
+            # file that does is a SavedModel with the table's vocabulary among its assets
+            path = tf1_saved_model(rec.tmp / f"{abs(hash(rec.current))}", func, feed_dict,
+                                   output_names, opts["premade_placeholders"])
+            result, outcome = _convert(path, sample_inputs=samples)
+        else:
+            path = rec.tmp / f"{abs(hash(rec.current))}.pb"
+            path.write_bytes(graph_def.SerializeToString())
+            result, outcome = _convert(path, sample_inputs=samples, outputs=list(output_names))
         feeds = None
     else:
         source = tf.function(func)
@@ -295,6 +304,33 @@ def unframe_backend_case(rec: Recorder, test: Any, func: Any, feed_dict: dict[st
     except Exception as exc:  # noqa: BLE001
         return _differs(outcome, exc)
     return outcome
+
+
+def tf1_saved_model(path: Path, func: Any, feed_dict: dict[str, Any], output_names: list[str],
+                    premade: bool) -> Path:
+    """The case's TF1 graph saved as a TF1 SavedModel (``tf.compat.v1.saved_model.Builder``, as an
+    Estimator exports one): the placeholders the suite would make, the tables filled by its main op
+    from the vocabulary it copies into ``assets/``; the signature's keys are the node names."""
+    import tensorflow as tf
+
+    tf1 = tf.compat.v1
+    with tf.Graph().as_default() as graph, tf1.Session(graph=graph) as sess:
+        placeholders = [] if premade else [
+            tf1.placeholder(tf.as_dtype(v.dtype), v.shape, name=k.split(":")[0]) for k, v in feed_dict.items()]
+        func(*placeholders)
+        sess.run(tf1.global_variables_initializer())
+        sess.run(tf1.tables_initializer())
+        info = tf1.saved_model.utils.build_tensor_info
+        signature = tf1.saved_model.signature_def_utils.build_signature_def(
+            inputs={k.split(":")[0]: info(graph.get_tensor_by_name(k)) for k in feed_dict},
+            outputs={o.split(":")[0]: info(graph.get_tensor_by_name(o)) for o in output_names},
+            method_name=tf1.saved_model.signature_constants.PREDICT_METHOD_NAME)
+        builder = tf1.saved_model.Builder(str(path))
+        builder.add_meta_graph_and_variables(sess, ["serve"], signature_def_map={"serving_default": signature},
+                                             main_op=tf1.tables_initializer(),
+                                             assets_collection=tf1.get_collection(tf1.GraphKeys.ASSET_FILEPATHS))
+        builder.save()
+    return path
 
 
 def unframe_keras_case(model: Any, data: Any, expected: Any, rtol: float, atol: float,

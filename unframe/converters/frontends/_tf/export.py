@@ -218,23 +218,51 @@ def inline_captures(proto: onnx.ModelProto, concrete: Any) -> onnx.ModelProto:
 
 def from_graph_def(model: TfModel, inputs: Sequence[TensorSpec], opset: int,
                    extra_opset: list[Any] | None = None) -> onnx.ModelProto:
-    """A frozen graph: its Placeholders in, the chosen tensors out; the shapes the frontend chose
-    (fixed, or ``None`` where proven dynamic) override the Placeholders'."""
-    import tf2onnx
+    """A frozen graph: its Placeholders (and the defaults the caller feeds) in, the chosen tensors
+    out; the shapes the frontend chose (fixed, or ``None`` where proven dynamic) override the
+    Placeholders'; its lookup tables' contents as the graph's session holds them."""
+    from unframe.converters.frontends._tf.graphdef import onnx_name, pin_defaults, tensor_name
 
-    from unframe.converters.frontends._tf.graphdef import onnx_name, tensor_name
-
-    register_tf2onnx_extensions()
-    graph_def, _ = model.obj
+    graph_def, session = model.obj
     names = [tensor_name(t.name) for t in inputs]
     shapes = {tensor_name(t.name): list(t.shape)
               for t in inputs if t.shape is not None}
     renames = {n: onnx_name(n) for n in names + list(model.graph_outputs)}
-    proto, _ = tf2onnx.convert.from_graph_def(graph_def, input_names=names,
-                                              output_names=list(model.graph_outputs), opset=opset,
-                                              shape_override=shapes or None,
-                                              tensors_to_rename=renames, extra_opset=extra_opset)
-    return proto
+    pinned = pin_defaults(graph_def, {t.name.split(":")[0] for t in inputs})
+    return frozen_to_onnx(pinned, names, list(model.graph_outputs), opset, shapes or None, renames,
+                          extra_opset, session.tables(pinned))
+
+
+def frozen_to_onnx(graph_def: Any, input_names: list[str], output_names: list[str], opset: int,
+                   shape_override: dict[str, list[Any]] | None, renames: dict[str, str],
+                   extra_opset: list[Any] | None = None,
+                   tables: dict[bytes, tuple[Any, Any]] | None = None) -> onnx.ModelProto:
+    """tf2onnx on a frozen graph. Its ``from_graph_def`` refuses a graph without inputs ("input_names
+    needs to be provided") and takes no table contents, so those two go through the steps it is
+    made of: grappler's inference optimization, ``process_tf_graph`` (with ``initialized_tables``)
+    and tf2onnx's graph optimizer."""
+    import tensorflow as tf
+    import tf2onnx
+    from tf2onnx import optimizer, tf_loader, tfonnx
+
+    register_tf2onnx_extensions()
+    if input_names and not tables:
+        proto, _ = tf2onnx.convert.from_graph_def(graph_def, input_names=input_names,
+                                                  output_names=output_names, opset=opset,
+                                                  shape_override=shape_override,
+                                                  tensors_to_rename=renames, extra_opset=extra_opset)
+        return proto
+    with tf.device("/cpu:0"):
+        with tf.Graph().as_default():  # grappler reads a meta graph: not in eager mode
+            optimized = tf_loader.tf_optimize(input_names, output_names, graph_def)
+        with tf.Graph().as_default() as tf_graph:
+            tf.import_graph_def(optimized, name="")
+            graph = tfonnx.process_tf_graph(tf_graph, continue_on_error=True, opset=opset,
+                                            extra_opset=extra_opset, shape_override=shape_override,
+                                            input_names=input_names, output_names=output_names,
+                                            tensors_to_rename=renames, initialized_tables=tables)
+    graph = optimizer.optimize_graph(graph, catch_errors=True)
+    return graph.make_model("converted from a frozen graph")
 
 
 def from_saved_model(model: TfModel, inputs: Sequence[TensorSpec], opset: int
@@ -245,6 +273,9 @@ def from_saved_model(model: TfModel, inputs: Sequence[TensorSpec], opset: int
     from tf2onnx import tf_loader
 
     register_tf2onnx_extensions()
+    tags = tf1_tags(model.path)
+    if tags is not None:
+        return from_tf1_saved_model(model, inputs, opset, tags)
     shapes = {f"{t.name}:0": list(t.shape) for t in inputs if t.shape is not None}
     graph_def, in_names, out_names, tables, renames = tf_loader.from_saved_model(
         str(model.path), None, None, None, [model.signature], None, False,
@@ -256,6 +287,47 @@ def from_saved_model(model: TfModel, inputs: Sequence[TensorSpec], opset: int
                                               tensors_to_rename=renames,
                                               shape_override=shape_override or None)
     return proto
+
+
+def tf1_tags(path: Any) -> list[str] | None:
+    """The tags of a TF1 SavedModel's serving meta graph (one with no object graph: written by
+    ``tf.compat.v1.saved_model.Builder``, an Estimator's export), else None."""
+    from tensorflow.python.saved_model import loader_impl
+
+    metas = loader_impl.parse_saved_model(str(path)).meta_graphs
+    if not metas or any(m.HasField("object_graph_def") and m.object_graph_def.nodes for m in metas):
+        return None
+    serving = [m for m in metas if "serve" in m.meta_info_def.tags] or list(metas)
+    return list(serving[0].meta_info_def.tags)
+
+
+def from_tf1_saved_model(model: TfModel, inputs: Sequence[TensorSpec], opset: int,
+                         tags: list[str]) -> onnx.ModelProto:
+    """A TF1 SavedModel, loaded as TF1 loads it (a session that runs its main op: its lookup
+    tables filled from its assets) and frozen with the tables' contents. tf2onnx's own SavedModel
+    loader goes through TF2's loader and grappler, which fail on such a model with tables
+    ("Failed to import metagraph")."""
+    import tensorflow as tf
+
+    from unframe.converters.frontends._tf.graphdef import table_contents
+
+    with tf.Graph().as_default() as graph, tf.compat.v1.Session(graph=graph) as sess:
+        meta = tf.compat.v1.saved_model.loader.load(sess, tags, str(model.path))
+        sig = meta.signature_def[model.signature]
+        in_names = [sig.inputs[k].name for k in sorted(sig.inputs)]
+        out_names = [sig.outputs[k].name for k in model.outputs]
+        whole = graph.as_graph_def()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            frozen = tf.compat.v1.graph_util.convert_variables_to_constants(  # inputs kept:
+                sess, whole, [n.split(":")[0] for n in out_names + in_names])  # used or not
+        tables = table_contents(sess, frozen)
+    renames = {sig.inputs[k].name: k for k in sig.inputs}
+    renames.update({sig.outputs[k].name: k for k in model.outputs})
+    by_key = {t.name: list(t.shape) for t in inputs if t.shape is not None}
+    shapes = {sig.inputs[k].name: by_key[k] for k in sig.inputs if k in by_key}
+    return frozen_to_onnx(frozen, in_names, out_names, opset, shapes or None, renames,
+                          tables=tables or None)
 
 
 def from_tflite(model: TfModel, inputs: Sequence[TensorSpec], opset: int) -> onnx.ModelProto:

@@ -11,6 +11,10 @@
 * Running a frozen graph runs its ops: a graph with ops that read or write files or call into
   Python (``ReadFile``, ``WriteFile``, ``PyFunc``, checkpoint ``Save``/``Restore``...) needs
   ``--trust``. Parsing it runs nothing.
+* Lookup tables (``HashTableV2``...): a frozen graph holds a table's contents only where it kept
+  the table's initializer (frozen with ``init_all_tables`` among its outputs); the initializers
+  run once when the graph is loaded, and the contents go to tf2onnx as its ``initialized_tables``.
+  A table with no initializer in the file is refused, naming it (convert the SavedModel instead).
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from unframe.errors import InputError, TrustRequiredError, UsageError
+from unframe.errors import Blocker, InputError, TrustRequiredError, UnsupportedError, UsageError
 from unframe.validate.runner import TensorSpec
 
 # Ops that touch the file system or run Python when the graph runs (parity runs it).
@@ -31,8 +35,14 @@ UNSAFE_OPS = frozenset({
     "InitializeTableFromTextFileV2", "DebugIdentity", "DebugIdentityV2", "DebugIdentityV3",
     "PrintV2", "Print", "WriteSummary", "WriteScalarSummary", "CreateSummaryFileWriter",
 })
+TABLE_OPS = frozenset({"HashTable", "HashTableV2", "MutableHashTable", "MutableHashTableV2",
+                       "MutableDenseHashTable", "MutableDenseHashTableV2"})
+TABLE_INIT_OPS = frozenset({"InitializeTable", "InitializeTableV2", "InitializeTableFromTextFile",
+                            "InitializeTableFromTextFileV2", "LookupTableImport",
+                            "LookupTableImportV2"})
 # Sinks that are no model output.
 NOT_OUTPUTS = frozenset({"NoOp", "Assert", "Const", "Placeholder", "PlaceholderWithDefault",
+                         *TABLE_INIT_OPS,
                          "VarHandleOp", "VariableV2", "Variable", "AssignVariableOp", "Assign",
                          "SaveV2", "RestoreV2", "MergeV2Checkpoints", "ControlTrigger"})
 
@@ -72,6 +82,66 @@ def _all_nodes(graph_def: Any) -> list[Any]:
     for fn in graph_def.library.function:
         nodes.extend(fn.node_def)
     return nodes
+
+
+def name_tables(graph_def: Any) -> Any:
+    """The graph with every lookup table given a ``shared_name`` (its node name where it has
+    none): tf2onnx finds a table's contents by that name, and an exported table is looked up by it.
+    The same graph is run and exported, so the two agree."""
+    unnamed = [n for n in graph_def.node if n.op in TABLE_OPS and not n.attr["shared_name"].s]
+    if not unnamed:
+        return graph_def
+    named = type(graph_def)()
+    named.CopyFrom(graph_def)
+    for node in named.node:
+        if node.op in TABLE_OPS and not node.attr["shared_name"].s:
+            node.attr["shared_name"].s = f"unframe_table_{node.name}".encode()
+    return named
+
+
+def pin_defaults(graph_def: Any, fed: set[str]) -> Any:
+    """The graph as the caller runs it: a ``PlaceholderWithDefault`` the caller feeds is a plain
+    ``Placeholder`` (tf2onnx would fold a constant default into the graph and ignore the feed), one
+    it doesn't feed is its default (tf2onnx refuses a computed default without its own
+    ``use_default`` flag)::
+
+        fed:       x = PlaceholderWithDefault(d)  ->  x = Placeholder()
+        not fed:   x = PlaceholderWithDefault(d)  ->  x = Identity(d)
+    """
+    if not any(n.op == "PlaceholderWithDefault" for n in graph_def.node):
+        return graph_def
+    pinned = type(graph_def)()
+    pinned.CopyFrom(graph_def)
+    for node in pinned.node:
+        if node.op != "PlaceholderWithDefault":
+            continue
+        if node.name in fed:
+            del node.input[:]
+            node.op = "Placeholder"
+            continue
+        dtype = node.attr["dtype"].type
+        for key in list(node.attr):
+            del node.attr[key]
+        node.op = "Identity"
+        node.attr["T"].type = dtype
+    return pinned
+
+
+def table_inits(graph_def: Any) -> list[str]:
+    return [n.name for n in graph_def.node if n.op in TABLE_INIT_OPS]
+
+
+def check_tables(path: Path, graph_def: Any) -> None:
+    """A table whose initializer the freeze dropped can't be converted (nor run)."""
+    tables = [n.name for n in graph_def.node if n.op in TABLE_OPS]
+    if tables and not table_inits(graph_def):
+        raise UnsupportedError(
+            f"{path}: the frozen graph's lookup table(s) {', '.join(map(repr, tables))} have no "
+            "contents in the file (the freeze dropped their initializer)",
+            "convert the SavedModel the graph came from, or freeze it again with "
+            "'init_all_tables' among the output nodes",
+            blockers=[Blocker("table", "no initializer in the frozen graph", node=t,
+                              hint="convert the SavedModel instead") for t in tables])
 
 
 def placeholders(graph_def: Any, op: str = "Placeholder") -> list[TensorSpec]:
@@ -124,16 +194,50 @@ def outputs(path: Path, graph_def: Any, given: Any) -> list[str]:
 
 
 class GraphSession:
-    """The frozen graph imported into its own ``tf.Graph``, run by a v1 ``Session``."""
+    """The frozen graph imported into its own ``tf.Graph``, run by a v1 ``Session``; the lookup
+    tables it initializes are initialized once, here."""
 
-    def __init__(self, graph_def: Any) -> None:
+    def __init__(self, graph_def: Any, path: Path | None = None) -> None:
         import tensorflow as tf
 
         self.graph = tf.Graph()
         with self.graph.as_default():
             tf.compat.v1.import_graph_def(graph_def, name="")
         self.session = tf.compat.v1.Session(graph=self.graph)
+        inits = table_inits(graph_def)
+        if inits:
+            try:
+                self.session.run([self.graph.get_operation_by_name(n) for n in inits])
+            except tf.errors.OpError as exc:
+                raise InputError(f"{path}: the graph's table initializer failed "
+                                 f"({type(exc).__name__}: {exc.message.splitlines()[0]})",
+                                 "check the files it reads (a vocabulary beside the model)") from None
+
+    def tables(self, graph_def: Any) -> dict[bytes, tuple[Any, Any]]:
+        """Each named table's (keys, values) as the session holds them, by ``shared_name``."""
+        return table_contents(self.session, graph_def)
 
     def run(self, feeds: dict[str, Any], fetches: list[str]) -> list[Any]:
         """``feeds`` by node name, ``fetches`` as tensor names."""
         return list(self.session.run(fetches, {tensor_name(k): v for k, v in feeds.items()}))
+
+
+def table_contents(session: Any, graph_def: Any) -> dict[bytes, tuple[Any, Any]]:
+    """(keys, values) of each named resource table of ``graph_def`` (nodes of ``session``'s
+    graph), by ``shared_name``: tf2onnx's ``initialized_tables``."""
+    import tensorflow as tf
+
+    out = {}
+    graph = session.graph
+    with graph.as_default():
+        for node in graph_def.node:
+            if node.op not in TABLE_OPS or not node.attr["shared_name"].s:
+                continue
+            handle = graph.get_tensor_by_name(f"{node.name}:0")
+            if handle.dtype != tf.resource:  # a TF1 ref-typed table: tf2onnx maps none
+                continue
+            keys, values = tf.raw_ops.LookupTableExportV2(
+                table_handle=handle, Tkeys=tf.as_dtype(node.attr["key_dtype"].type),
+                Tvalues=tf.as_dtype(node.attr["value_dtype"].type))
+            out[node.attr["shared_name"].s] = tuple(session.run([keys, values]))
+    return out

@@ -102,8 +102,10 @@ def load_graph_def(path: Path, trust: bool, outputs: Any) -> TfModel:
 
     graph_def = graphdef.parse(path)
     graphdef.check_trust(path, graph_def, trust)
+    graphdef.check_tables(path, graph_def)
+    graph_def = graphdef.name_tables(graph_def)
     tensors = graphdef.outputs(path, graph_def, outputs)
-    session = graphdef.GraphSession(graph_def)
+    session = graphdef.GraphSession(graph_def, path)
     return TfModel("graph_def", (graph_def, session), str(path), graphdef.placeholders(graph_def),
                    [graphdef.onnx_name(t) for t in tensors], path=path, inputs_known=True,
                    graph_outputs=tensors)
