@@ -62,6 +62,16 @@ class ConversionResult:
     def notes(self) -> list[str]:
         return (self.flow.notes if self.flow is not None else []) + self.artifact.notes
 
+    @property
+    def timing_split(self) -> dict[str, Any]:
+        """``timings`` told apart per stage into the wrapped tools' own seconds (by tool) and
+        unframe's (the rest: copies, guards, probes, feeds, comparisons, writes); ``total`` sums
+        them, unframe's part including the time between stages (planning, forking)."""
+        split = dict(self.flow.split) if self.flow is not None else {}
+        if "total" in self.timings:
+            split["total"] = total_split(self.timings["total"], split)
+        return split
+
     def save(self, path: str | os.PathLike[str], *, force: bool = False) -> list[Path]:
         """Write the product (with its sidecars) atomically; ``force`` replaces an existing one."""
         if self.flow is None or self.branch is None or self.artifact.model is None:
@@ -89,6 +99,7 @@ class ConversionResult:
             "opset_conversion": conversion.to_dict() if hasattr(conversion, "to_dict") else None,
             "provenance": self.provenance,
             "timings": self.timings,
+            "timing_split": self.timing_split,
         }
 
     def __str__(self) -> str:
@@ -96,6 +107,15 @@ class ConversionResult:
         lines += [f"  note: {n}" for n in self.notes]
         lines += ["  " + line for line in str(self.report).splitlines()]
         return "\n".join(lines)
+
+
+def total_split(total: float, split: dict[str, Any]) -> dict[str, Any]:
+    tools: dict[str, float] = {}
+    for part in split.values():
+        for name, seconds in part["tools"].items():
+            tools[name] = round(tools.get(name, 0.0) + seconds, 4)
+    return {"seconds": round(total, 4), "tools": tools,
+            "unframe": round(max(0.0, total - sum(tools.values())), 4)}
 
 
 @dataclass

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from unframe import limits
+from unframe import limits, timing
 from unframe.converters.base import Artifact, ConvertOptions, ExportResult, Frontend, InputSpec
 from unframe.errors import ParityError
 from unframe.validate.compare import ParityReport, StageParity
@@ -85,6 +85,7 @@ class Flow:
     keep_workdir: bool = False
     written: list[Path] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
+    split: dict[str, dict[str, Any]] = field(default_factory=dict)  # timings: tools' vs unframe's
     notes: list[str] = field(default_factory=list)
     _feeds: list[dict[str, Any]] | None = None
     redrawn: bool = False  # other feeds were tried once for a degenerate reference
@@ -149,7 +150,8 @@ class Flow:
         return Flow(self.settings, self.source, self.frontend, native=self.native, export=self.export,
                     model=model, opset_path=list(self.opset_path),
                     report=ParityReport(list(self.report.stages)), reference=self.reference,
-                    timings=dict(self.timings), notes=list(self.notes), _feeds=self._feeds,
+                    timings=dict(self.timings), split=dict(self.split), notes=list(self.notes),
+                    _feeds=self._feeds,
                     unstable=set(self.unstable), shared=self.shared)
 
     def record(self, stage: StageParity) -> None:
@@ -236,8 +238,11 @@ def run_stages(stages: list[Stage], flow: Flow, observer: Observer) -> None:
 
 
 def _run_stage(stage: Stage, flow: Flow, observer: Observer) -> None:
+    """Runs one stage and times it: ``flow.timings`` by stage (what a stage spent checking its
+    own numbers timed as that stage's parity), ``flow.split`` the same seconds told apart into
+    the wrapped tools' own and unframe's (``unframe.timing``)."""
     started = time.perf_counter()
-    with observer.stage(stage):
+    with timing.stage_clock() as clock, observer.stage(stage):
         stage.run(flow)
     elapsed = time.perf_counter() - started
     if stage.kind == "parity":
@@ -246,5 +251,19 @@ def _run_stage(stage: Stage, flow: Flow, observer: Observer) -> None:
         key, checked = stage.kind, min(stage.checked_seconds(flow), elapsed)
         if checked > 0:
             flow.timings[f"parity:{key}"] = flow.timings.get(f"parity:{key}", 0.0) + checked
+            _add_split(flow, f"parity:{key}", checked, clock.check)
             elapsed -= checked
     flow.timings[key] = flow.timings.get(key, 0.0) + elapsed
+    _add_split(flow, key, elapsed, clock.work)
+
+
+def _add_split(flow: Flow, key: str, seconds: float, bucket: timing.Bucket) -> None:
+    part = timing.split(seconds, bucket)
+    if key in flow.split:  # a stage kind run twice on one branch (two parity checks of one kind)
+        old = flow.split[key]
+        tools = dict(old["tools"])
+        for name, value in part["tools"].items():
+            tools[name] = round(tools.get(name, 0.0) + value, 4)
+        part = {"seconds": round(old["seconds"] + part["seconds"], 4), "tools": tools,
+                "unframe": round(old["unframe"] + part["unframe"], 4)}
+    flow.split[key] = part

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
 
 class Deferred(Runner):
+    timed = False  # the runner it builds is timed (its build too: a session is a tool's time)
     """A runner built on first use. The source framework's runner names its outputs after the
     exported graph, so it can only be built after the export; ``pin()`` builds it early, before
     a stage changes the model it would run.

@@ -14,7 +14,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
-from unframe import sandbox
+from unframe import sandbox, timing
 from unframe.distributions import dist_version
 from unframe.errors import InputError, UnframeError
 from unframe.validate.runner import Runner, TensorSpec
@@ -172,8 +172,9 @@ class SessionConfig(NamedTuple):
             opts.intra_op_num_threads = self.threads
             opts.inter_op_num_threads = 1
             opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        return ort.InferenceSession(model, opts, providers=list(self.providers),
-                                    disabled_optimizers=list(DISABLED_REWRITES))
+        with timing.tool(f"onnxruntime {_version('onnxruntime')}"):
+            return ort.InferenceSession(model, opts, providers=list(self.providers),
+                                        disabled_optimizers=list(DISABLED_REWRITES))
 
 
 def _run_session(session: Any, feeds: Mapping[str, np.ndarray], seconds: float | None) -> list[Any]:

@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from unframe import timing
+
 
 @dataclass(frozen=True)
 class TensorSpec:
@@ -37,9 +39,21 @@ class TensorSpec:
 
 
 class Runner(ABC):
-    """Runs one stage's model. Subclasses set ``name`` (e.g. "onnxruntime 1.31.1")."""
+    """Runs one stage's model. Subclasses set ``name`` (e.g. "onnxruntime 1.31.1").
+
+    A runner's ``run`` is its runtime's own time (``unframe.timing``): each subclass that defines
+    ``run`` has it timed as a tool block named after the runner. A runner that only wraps another
+    (built on first use, remembered outputs, a recording) sets ``timed = False``: the one it
+    wraps is timed."""
 
     name: str = "runner"
+    timed: bool = True
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        run = cls.__dict__.get("run")
+        if run is not None and cls.__dict__.get("timed", True) and not getattr(run, "__unframe_timed__", False):
+            cls.run = timing.timed_as(lambda self: str(self.name))(run)  # type: ignore[method-assign]
 
     def input_specs(self) -> list[TensorSpec] | None:
         """Inputs this runner expects, when it knows them."""

@@ -200,6 +200,7 @@ class SavedOutputs(Runner):
     """A runner that returns outputs saved by the source framework (one feed only)."""
 
     name = "saved source-framework outputs"
+    timed = False  # reads a file: no tool runs
 
     def __init__(self, outputs: dict[str, np.ndarray]) -> None:
         self.outputs = outputs

@@ -21,7 +21,7 @@ from typing import Any
 
 import onnx_ir as ir
 
-from unframe import io
+from unframe import io, timing
 from unframe.converters.base import ConvertOptions, ExportResult, Frontend, InputSpec, Prepared
 from unframe.converters.frontends._torch import dynamic as dyn
 from unframe.converters.frontends._torch import export as exp
@@ -141,7 +141,8 @@ class TorchFrontend(Frontend):
                          "the model in full float32, as the graph computes, and left the setting as it was")
         fn = callable_of(module)
         started = time.perf_counter()
-        fed, eager, probe = _sample_runs(native, fn, inputs, what, notes)
+        with timing.checking() if opts.validate else contextlib.nullcontext():
+            fed, eager, probe = _sample_runs(native, fn, inputs, what, notes)
         eager_seconds = time.perf_counter() - started
         outputs = inp.output_names(eager, given_outputs)
         if _is_exported_program(native) and (spec.dynamic or spec.static):

@@ -67,6 +67,8 @@ def zipmap_matrix(value: Any, columns: list[Any]) -> np.ndarray:
 class MappedReference(Runner):
     """The runner of the model before lowering, seen through the lowering's host mappings."""
 
+    timed = False  # the runner it wraps is
+
     def __init__(self, inner: Runner, mappings: Mapping[str, Any]) -> None:
         self.inner = inner
         self.vocab = {k: v["vocabulary"] for k, v in mappings.get("inputs", {}).items()}

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import onnx_ir as ir
 
+from unframe import timing
 from unframe.converters.backends.coreml.runner import CoreMLRunner
 from unframe.converters.base import Artifact, Backend, RunnerUnavailable, Target
 from unframe.converters.registry import register_backend
@@ -345,7 +346,8 @@ def _build(translation: Translation, target: Target) -> Any:
         kwargs["classifier_config"] = ct.ClassifierConfig(_labels(labels))
     try:
         # ct.convert draws a tqdm progress bar per pass pipeline on stderr: keep the CLI's output ours
-        with contextlib.redirect_stderr(io.StringIO()), without_full_collection():
+        with contextlib.redirect_stderr(io.StringIO()), without_full_collection(), \
+                timing.tool(f"coremltools {ct.__version__} convert"):
             return ct.convert(translation.program, convert_to="mlprogram",
                               minimum_deployment_target=ct_target(ios), compute_precision=precision,
                               inputs=ct_inputs(translation.plans, target.options) or None,

@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from unframe import timing
 from unframe.converters.backends.executorch import pte
 from unframe.converters.backends.executorch.runner import METHOD, quiet, runtime, runtime_version
 from unframe.converters.base import Artifact, Target
@@ -303,7 +304,7 @@ def _export(native: Any, example: Any, target: Target, precision: str, lowered: 
     wrapper = wrap(fn, precision == "fp16")
     shapes = None if target.get("static") else dynamic_shapes(example, _requested_bounds(example, target))
     try:
-        with quiet(), math_attention(), torch.no_grad():
+        with quiet(), math_attention(), torch.no_grad(), timing.tool("torch.export"):
             return torch.export.export(wrapper, (tuple(args), dict(kwargs)), dynamic_shapes=shapes,
                                        strict=False)
     except Exception as exc:  # noqa: BLE001 - torch.export's refusal becomes the blocker
@@ -623,7 +624,7 @@ def _to_edge(program: Any, lowered: Lowered) -> Any:
         config = EdgeCompileConfig(_core_aten_ops_exception_list=list(excepted))
         try:
             # the decompositions trace attention again: with the math kernel's layout, as the export
-            with quiet(), math_attention(), torch.no_grad():
+            with quiet(), math_attention(), torch.no_grad(), timing.tool("executorch to_edge_transform_and_lower"):
                 edge = to_edge_transform_and_lower(program, partitioner=partitioner, compile_config=config)
         except Exception as exc:  # noqa: BLE001 - sorted below
             op = _non_core_op(exc)
@@ -685,7 +686,7 @@ def _non_core_op(exc: BaseException) -> Any:
 
 def _to_executorch(edge: Any, lowered: Lowered) -> Any:
     try:
-        with quiet():
+        with quiet(), timing.tool("executorch to_executorch"):
             return edge.to_executorch()
     except Exception as exc:  # noqa: BLE001 - the emitter's refusal becomes the blocker
         lowered.blockers.append(Blocker("*", f"ExecuTorch's emitter failed: {_first_line(exc)}",

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from unframe import timing
 from unframe.converters.backends.litert import common
 from unframe.converters.base import Artifact, Target
 from unframe.errors import Blocker, MissingExtraError, UnframeError, UnsupportedError
@@ -96,7 +97,8 @@ def _convert(native: TfModel, specs: list[TensorSpec], target: Target, output_na
             converter.optimizations = [tf.lite.Optimize.DEFAULT]
             converter.target_spec.supported_types = [tf.float16]
         try:
-            content = bytes(converter.convert())
+            with timing.tool(f"tensorflow {tf.__version__} TFLiteConverter"):
+                content = bytes(converter.convert())
         except UnframeError:  # calibration sets that don't fit the inputs: the user's to fix
             raise
         except Exception as exc:  # noqa: BLE001 - ConverterError and whatever MLIR raises

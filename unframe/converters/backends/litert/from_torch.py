@@ -24,6 +24,7 @@ import weakref
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from unframe import timing
 from unframe.converters.backends.litert import common
 from unframe.converters.base import Artifact, Target
 from unframe.errors import Blocker, MissingExtraError, UnframeError, UnsupportedError
@@ -142,7 +143,7 @@ def _convert(native: Any, example: ModelInputs, target: Target, output_names: Se
 def _lower(litert_torch: Any, flat: Any, traced: list[Any], shapes: Any, kwargs: dict[str, Any]) -> bytes:
     import torch
 
-    with common.quiet(), torch.no_grad():
+    with common.quiet(), torch.no_grad(), timing.tool("litert_torch.convert"):
         edge = litert_torch.convert(flat, tuple(traced), dynamic_shapes=shapes, **kwargs)
         return bytes(edge.model_content())
 

@@ -176,14 +176,14 @@ class OpenVINOBackend(Backend):
         set_rt_info(artifact.model, artifact.metadata)
 
     def write(self, artifact: Artifact, path: Path) -> list[Path]:
-        from unframe.converters.backends.openvino.runtime import import_openvino, quiet_openvino
+        from unframe.converters.backends.openvino.runtime import import_openvino, ov_tool, quiet_openvino
 
         path = Path(path)
         if path.suffix.lower() != ".xml":
             raise UsageError(f"OpenVINO output {path} must end in .xml (its weights go beside it "
                              "in .bin)", "use -o model.xml")
         ov = import_openvino()
-        with quiet_openvino():
+        with quiet_openvino(), ov_tool():
             # the weights are as converted (fp16 already where compressed): saved as they are
             ov.save_model(artifact.model, str(path), compress_to_fp16=False)
         return [path, path.with_suffix(".bin")]

@@ -34,7 +34,7 @@ from typing import Any
 from unframe.converters.backends.openvino.backend import finish
 from unframe.converters.backends.openvino.importer import plugin_blockers
 from unframe.converters.backends.openvino.runner import NUMPY_OF
-from unframe.converters.backends.openvino.runtime import first_line, import_openvino, quiet_openvino
+from unframe.converters.backends.openvino.runtime import first_line, import_openvino, ov_tool, quiet_openvino
 from unframe.converters.backends.openvino.shapes import Dim, partial_shape
 from unframe.converters.base import Artifact, Target
 from unframe.errors import Blocker, UnsupportedError
@@ -202,7 +202,7 @@ def _convert(source: Any, framework: str) -> Any:
 
     ov = import_openvino()
     try:
-        with quiet_openvino():
+        with quiet_openvino(), ov_tool():
             return ov.convert_model(source)
     except Exception as exc:
         blockers = []

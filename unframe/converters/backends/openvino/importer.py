@@ -19,7 +19,13 @@ from typing import Any
 
 import onnx_ir as ir
 
-from unframe.converters.backends.openvino.runtime import core, first_line, import_openvino, quiet_openvino
+from unframe.converters.backends.openvino.runtime import (
+    core,
+    first_line,
+    import_openvino,
+    ov_tool,
+    quiet_openvino,
+)
 from unframe.errors import Blocker
 
 DEVICE = "CPU"
@@ -48,7 +54,7 @@ def import_onnx(model: ir.Model, path: Path) -> Imported:
     ov = import_openvino()
     start = time.perf_counter()
     try:
-        with quiet_openvino():
+        with quiet_openvino(), ov_tool():
             converted = ov.convert_model(str(path))
     except Exception as exc:  # OpConversionFailure, GeneralFailure, shape inference errors
         return Imported(None, frontend_blockers(model, exc))
@@ -111,7 +117,7 @@ def _domains(domain: str) -> tuple[str, ...]:
 
 def plugin_blockers(converted: Any) -> list[Blocker]:
     """Ops of the converted model the CPU plugin does not take (``query_model``)."""
-    with quiet_openvino():
+    with quiet_openvino(), ov_tool():
         try:
             supported = core().query_model(converted, DEVICE)
         except Exception as exc:  # the plugin refuses the model as a whole

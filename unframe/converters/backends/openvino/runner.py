@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from unframe.converters.backends.openvino.importer import DEVICE
-from unframe.converters.backends.openvino.runtime import core, first_line, quiet_openvino
+from unframe.converters.backends.openvino.runtime import core, first_line, ov_tool, quiet_openvino
 from unframe.distributions import dist_version
 from unframe.errors import Blocker, InputError, UnsupportedError
 from unframe.validate.runner import Runner, TensorSpec
@@ -70,7 +70,7 @@ class OpenVINORunner(Runner):
             if self._threads:
                 config["INFERENCE_NUM_THREADS"] = int(self._threads)
             try:
-                with quiet_openvino():
+                with quiet_openvino(), ov_tool():
                     self._compiled = core().compile_model(model, DEVICE, config)
             except Exception as exc:
                 raise UnsupportedError(

@@ -43,7 +43,9 @@ def import_openvino() -> ModuleType:
         saved = sys.modules.get("openvino_telemetry")
         sys.modules["openvino_telemetry"] = None  # type: ignore[assignment]  # ImportError on import
         try:
-            with quiet_native_logs():
+            from unframe import timing
+
+            with quiet_native_logs(), timing.tool("openvino (import)"):
                 import openvino
         finally:
             if saved is not None:
@@ -88,6 +90,14 @@ def quiet_openvino() -> Iterator[None]:
         if not debug_enabled():
             warnings.simplefilter("ignore")
         yield
+
+
+def ov_tool() -> Any:
+    """OpenVINO's own time (``unframe.timing``): a tool block named after the installed release."""
+    from unframe import timing
+    from unframe.distributions import dist_version
+
+    return timing.tool(f"openvino {dist_version('openvino') or ''}".strip())
 
 
 def core() -> Any:

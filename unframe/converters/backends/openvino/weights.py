@@ -20,7 +20,7 @@ from typing import Any
 
 import onnx_ir as ir
 
-from unframe.converters.backends.openvino.runtime import import_openvino, quiet_openvino
+from unframe.converters.backends.openvino.runtime import import_openvino, ov_tool, quiet_openvino
 
 
 def marked_fp32(model: ir.Model) -> int:
@@ -34,7 +34,7 @@ def save_ir(converted: Any, path: Path, compress: bool) -> None:
     """Write ``converted`` as ``path`` (.xml) and its .bin, weights fp16 when ``compress``."""
     ov = import_openvino()
     path.parent.mkdir(parents=True, exist_ok=True)
-    with quiet_openvino():
+    with quiet_openvino(), ov_tool():
         ov.save_model(converted, str(path), compress_to_fp16=compress)
 
 

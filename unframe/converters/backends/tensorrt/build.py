@@ -20,7 +20,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from unframe import sandbox
+from unframe import sandbox, timing
 from unframe.converters.backends.tensorrt import trtmodule
 from unframe.errors import (
     Blocker,
@@ -174,7 +174,8 @@ def build_network(trt: ModuleType, builder: Any, network: Any, logger: Any,
     config = builder.create_builder_config()
     flags = _configure(trt, builder, config, profile, options)
     cache = _load_timing_cache(config, options.timing_cache)
-    serialized = builder.build_serialized_network(network, config)
+    with timing.tool(f"{trt.__name__} {trt.__version__} build"):
+        serialized = builder.build_serialized_network(network, config)
     if serialized is None:
         raise _build_failure(logger, builder, profile)
     result = BuildResult(engine=bytes(serialized), flags=flags, network=network_summary(network),

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import onnx
 
+from unframe import timing
 from unframe.converters.base import SKLEARN_PATH, SKLEARN_STEP
 from unframe.converters.frontends._sklearn import inputs as inputs_mod
 from unframe.converters.frontends._sklearn.converters import EXTENSIONS, ONNXMLTOOLS, register_all
@@ -80,11 +81,12 @@ def run_skl2onnx(model: Any, plan: InputPlan, *, double: bool, opset: int, zipma
     from skl2onnx.common.exceptions import MissingConverter, MissingShapeCalculator
 
     try:
-        proto, topology = convert_sklearn(
-            model, initial_types=plan.initial_types(double),
-            # onnxmltools would pick ai.onnx.ml 5, which skl2onnx refuses
-            target_opset={"": opset, "ai.onnx.ml": ML_OPSET},
-            options=final_classifier_options(model, zipmap) or None, intermediate=True)
+        with timing.tool("skl2onnx convert_sklearn"):
+            proto, topology = convert_sklearn(
+                model, initial_types=plan.initial_types(double),
+                # onnxmltools would pick ai.onnx.ml 5, which skl2onnx refuses
+                target_opset={"": opset, "ai.onnx.ml": ML_OPSET},
+                options=final_classifier_options(model, zipmap) or None, intermediate=True)
     except (MissingConverter, MissingShapeCalculator) as exc:
         raise no_converter_error(model, str(exc), source) from None
     except RuntimeError as exc:

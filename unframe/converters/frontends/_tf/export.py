@@ -39,6 +39,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
+from unframe import timing
 from unframe.converters.frontends._tf.common import error_line
 from unframe.converters.frontends._tf.native import TfModel, unique_names
 from unframe.converters.frontends._tf.signature import call_specs, to_tf_specs
@@ -495,7 +496,7 @@ def _all_nodes(proto: onnx.ModelProto) -> list[onnx.NodeProto]:
 def try_attempt(attempt: Attempt, check: Callable[[onnx.ModelProto], str]) -> Outcome:
     """Run one route; ``check`` returns a problem ("" when the graph loads and matches)."""
     try:
-        with grouped_convs_traced_plain():
+        with grouped_convs_traced_plain(), timing.tool(attempt.tool):
             proto = attempt.build()
     except Exception as exc:  # tf2onnx/keras raise anything from ValueError to KeyError
         return Outcome(problem=f"{attempt.route} failed: {error_line(exc)}")

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from unframe import timing
 from unframe.converters.frontends._tf.common import error_line, numpy_name, quiet_tensorflow
 from unframe.errors import InputError, TrustRequiredError, UsageError
 from unframe.validate.runner import TensorSpec
@@ -127,8 +128,9 @@ def load_keras_file(path: Path, trust: bool, custom_objects: Any = None) -> TfMo
     import keras
 
     try:
-        model = keras.saving.load_model(path, compile=False, safe_mode=not trust,
-                                        custom_objects=resolved[0] if resolved else None)
+        with timing.tool("keras.saving.load_model"):
+            model = keras.saving.load_model(path, compile=False, safe_mode=not trust,
+                                            custom_objects=resolved[0] if resolved else None)
     except TrustRequiredError:
         raise
     except Exception as exc:  # keras raises ValueError/OSError/KeyError/... on bad files
@@ -224,7 +226,8 @@ def load_saved_model(path: Path, signature: str | None) -> TfModel:
     import tensorflow as tf
 
     try:
-        loaded = tf.saved_model.load(str(path))
+        with timing.tool("tf.saved_model.load"):
+            loaded = tf.saved_model.load(str(path))
     except Exception as exc:
         raise InputError(f"{path}: not a readable SavedModel ({error_line(exc)})",
                          "check the directory is complete; re-export it") from exc

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -10,6 +11,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
+from unframe import timing
 from unframe.converters.base import ExportResult, InputSpec, Prepared
 from unframe.converters.frontends._tf import axes
 from unframe.converters.frontends._tf import export as routes
@@ -184,8 +186,9 @@ def _export(model: TfModel, inputs: list[TensorSpec], tf_feeds: list[dict[str, n
         finished[id(proto)] = _finish(model, proto, inputs, nchw, spec)
         started = time.perf_counter()
         try:
-            return _check(model, finished[id(proto)], inputs, nchw, feeds, self_check, low,
-                          ran.setdefault(id(proto), []))
+            with timing.checking() if self_check else contextlib.nullcontext():
+                return _check(model, finished[id(proto)], inputs, nchw, feeds, self_check, low,
+                              ran.setdefault(id(proto), []))
         finally:
             if self_check:  # a load check alone (nothing validated) is part of the export
                 checking[0] += time.perf_counter() - started
@@ -256,6 +259,8 @@ def _check(model: TfModel, candidate: ir.Model, inputs: Sequence[TensorSpec],
 class _Recording(Runner):
     """onnxruntime as the self-check runs it, keeping each (feed, outputs) for the pipeline's
     parity stage, which compares the same graph on the same feeds."""
+
+    timed = False  # the onnxruntime runner it wraps is
 
     def __init__(self, inner: Runner, into: list[Any]) -> None:
         self.inner, self.into, self.name = inner, into, inner.name

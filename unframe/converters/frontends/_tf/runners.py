@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from unframe import timing
 from unframe.converters.frontends._tf.native import TfModel
 from unframe.distributions import dist_version
 from unframe.quiet import quiet_native_logs
@@ -62,7 +63,7 @@ class _TfRunner(Runner):
         key = tuple(sorted((name, id(value)) for name, value in arrays.items()))
         if self.memo is not None and key in self.memo:
             return self.memo[key][1]
-        with quiet_native_logs():
+        with quiet_native_logs(), timing.tool(self.name):
             values = self._run(arrays)
         if self.memo is not None:
             self.memo[key] = (dict(arrays), values)  # the arrays held: their ids stay theirs

@@ -24,6 +24,7 @@ from typing import Any
 import onnx_ir as ir
 
 from unframe import quiet as native_logs
+from unframe import timing
 from unframe.converters.frontends._torch import isolate
 from unframe.converters.frontends._torch.inputs import (
     ModelInputs,
@@ -133,7 +134,7 @@ def export_dynamo(model: Any, inputs: ModelInputs | None, outputs: list[str] | N
         shapes = dynamic_shapes(inputs, model) if inputs.dynamic else None
         args, call_kwargs, shapes = trailing_dict_by_name(model, args, call_kwargs, shapes)
         kwargs.update(kwargs=call_kwargs, input_names=inputs.names, dynamic_shapes=shapes)
-    with quiet(), cached_torchlib(), math_attention():
+    with quiet(), cached_torchlib(), math_attention(), timing.tool("torch.onnx.export (dynamo)"):
         program = torch.onnx.export(model, args, **kwargs)
     # the decomposed program the graph was translated from (its FX names are the ONNX value
     # names): the divergence locator runs it instead of capturing the model again
@@ -167,12 +168,13 @@ def export_torchscript(model: Any, inputs: ModelInputs, outputs: list[str] | Non
     def step() -> None:
         _trace(model, inputs, outputs, opset, path)
 
-    if isolate.can_fork(device):
-        isolate.run(step, lambda exc: (explain(exc, f"torchscript export of {what}"),
-                                       is_data_dependent(exc)),
-                    f"the TorchScript export of {what}")
-    else:
-        step()
+    with timing.tool("torch.onnx.export (torchscript)"):
+        if isolate.can_fork(device):
+            isolate.run(step, lambda exc: (explain(exc, f"torchscript export of {what}"),
+                                           is_data_dependent(exc)),
+                        f"the TorchScript export of {what}")
+        else:
+            step()
     return ir.load(str(path))
 
 

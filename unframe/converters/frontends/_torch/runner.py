@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from unframe import timing
 from unframe.converters.frontends._torch.inputs import ModelInputs, numpy_of, tensor_of
 from unframe.errors import InputError
 from unframe.validate.runner import Runner, TensorSpec
@@ -50,7 +51,7 @@ def try_model(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[A
     from unframe.converters.frontends._torch.preserve import full_float32
 
     try:  # full float32 again here: torch.export's own save and restore of the flags can undo it
-        with torch.no_grad(), full_float32():
+        with torch.no_grad(), full_float32(), timing.tool(f"torch {torch.__version__} eager"):
             return fn(*args, **kwargs), None
     except Exception as exc:  # noqa: BLE001 - handed to the caller
         return None, exc

@@ -20,6 +20,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
+from unframe import timing
 from unframe.errors import (
     InputError,
     MissingExtraError,
@@ -118,7 +119,7 @@ def load_exported_program(path: Path) -> Any:
     for module in missing_pytree_modules(path):
         _import_for_pytree(module, path)
     try:
-        with _quiet_logger("torch.export"):
+        with _quiet_logger("torch.export"), timing.tool("torch.export.load"):
             return torch.export.load(str(path))
     except Exception as exc:
         raise InputError(f"{path}: the ExportedProgram can't be loaded ({first_line(exc)})",

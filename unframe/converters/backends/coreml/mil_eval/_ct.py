@@ -33,7 +33,10 @@ def import_coremltools() -> ModuleType:
     for name in hidden:
         sys.modules[name] = None  # type: ignore[assignment]  # makes `import name` fail fast
     try:
-        import coremltools
+        from unframe import timing
+
+        with timing.tool("coremltools (import)"):
+            import coremltools
     except ImportError as exc:
         raise MissingExtraError("the MIL evaluator", "coreml", "coremltools") from exc
     finally:
