@@ -126,3 +126,39 @@ def test_stand_ins_are_zeros_in_a_sparse_file_and_nothing_is_read(tmp_path, smal
         np.testing.assert_allclose(got, np.broadcast_to(b, got.shape), rtol=1e-6)  # x @ 0 + b
     assert isinstance(model.graph.initializers["w"].const_value, ir.ExternalTensor)
     assert Path(model.graph.initializers["w"].const_value.base_dir) == tmp_path
+
+
+def test_a_large_users_weights_are_read_where_they_lie_through_a_hidden_file_beside(tmp_path, small_thresholds,
+                                                                                   monkeypatch):
+    monkeypatch.setattr(io.external, "SHARED_HOME_BYTES", 1024)
+    path, w, b = _external_model(tmp_path)
+    data = path.with_name("m.onnx.data")
+    before = (data.stat().st_size, data.stat().st_mtime_ns, data.stat().st_nlink)
+    model = ir.load(path)
+    with io.tool_file(model) as tool:
+        assert tool.parent == tmp_path.resolve() and tool.name.startswith(".unframe-tool-")
+        proto = onnx.load(tool, load_external_data=False)
+        assert {e.key: e.value for e in proto.graph.initializer[0].external_data}["location"] == "m.onnx.data"
+        assert data.stat().st_nlink == 1
+        x, got = _run(tool)
+        np.testing.assert_allclose(got, x @ w + b, rtol=1e-5, atol=1e-5)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx", "m.onnx.data"]
+    assert (data.stat().st_size, data.stat().st_mtime_ns, data.stat().st_nlink) == before
+
+
+def test_a_folder_unframe_may_not_write_gets_the_private_copy(tmp_path, small_thresholds, monkeypatch):
+    monkeypatch.setattr(io.external, "SHARED_HOME_BYTES", 1024)
+    path, w, b = _external_model(tmp_path)
+    real_touch = Path.touch
+
+    def refuse(self, *args, **kwargs):  # a read-only folder (root writes anywhere: refused here)
+        if self.parent == tmp_path.resolve():
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_touch(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "touch", refuse)
+    with io.tool_file(ir.load(path)) as tool:
+        assert tool.parent != tmp_path.resolve() and tool.with_name("model.onnx.data").is_file()
+        x, got = _run(tool)
+        np.testing.assert_allclose(got, x @ w + b, rtol=1e-5, atol=1e-5)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx", "m.onnx.data"]

@@ -144,9 +144,11 @@ def tool_file(model: ir.Model, *, stand_ins: bool = False) -> Iterator[Path]:
     a tied embedding transposed went past it): past ``TOOL_INLINE_BYTES`` the weights go to
     external data. When every external tensor lives in one folder of unframe's own
     (``private_dir``: the torch export's), the file is written there and reads them where they
-    lie, neither read nor copied here; otherwise they are streamed into a private copy (a user's
-    file is never linked: onnx's and onnx-ir's loaders refuse a data file with several links,
-    the user's own included while a link lasts). ``stand_ins``: float weights of
+    lie, neither read nor copied here; when they all live in one folder of the user's that unframe
+    may write, past ``SHARED_HOME_BYTES``, a hidden graph file is written beside them for the
+    block (``_shared_home``); otherwise they are streamed into a private copy (a user's file is
+    never linked: onnx's and onnx-ir's loaders refuse a data file with several links, the user's
+    own included while a link lasts). ``stand_ins``: float weights of
     ``STAND_IN_BYTES`` or more are zeros of their shape and type, in a sparse file (for a verdict
     on what a program takes, which no weight's values decide: nothing of them is read or
     written). The model is left as it was."""
@@ -161,13 +163,16 @@ def tool_file(model: ir.Model, *, stand_ins: bool = False) -> Iterator[Path]:
             yield path
         return
     home = _private_home(model)
+    prefix = "tool-"
+    if home is None and (home := _shared_home(model)) is not None:
+        prefix = BESIDE_USER_DATA  # hidden: a zoo's discovery of that folder skips it
     if home is None:
         with tempfile.TemporaryDirectory(prefix="unframe-tool-") as tmp:
             path = Path(tmp) / "model.onnx"
             ir.save(model, path, external_data="model.onnx.data", size_threshold_bytes=EXTERNAL_TENSOR_MIN_BYTES)
             yield path
         return
-    path = home / f"tool-{uuid.uuid4().hex[:12]}.onnx"
+    path = home / f"{prefix}{uuid.uuid4().hex[:12]}.onnx"
     data = path.with_name(path.name + ".data")
     try:
         _save_beside(model, path, data)
@@ -175,6 +180,42 @@ def tool_file(model: ir.Model, *, stand_ins: bool = False) -> Iterator[Path]:
     finally:
         path.unlink(missing_ok=True)
         data.unlink(missing_ok=True)
+
+
+BESIDE_USER_DATA = ".unframe-tool-"  # a tool file's name prefix in a user's folder (``_shared_home``)
+
+
+def in_user_folder(path: Path | str) -> bool:
+    """Whether a tool file lies in a user's folder (beside their data): whoever holds it removes it
+    as soon as the program has read it, not when the conversion ends."""
+    return Path(path).name.startswith(BESIDE_USER_DATA)
+
+
+# Past this, a user's external data is read where it lies by a tool file written beside it (below
+# it is copied: a copy costs less than touching the user's folder is worth).
+SHARED_HOME_BYTES = 64 << 20
+
+
+def _shared_home(model: ir.Model) -> Path | None:
+    """The user's folder every external tensor of ``model`` lives in, when it holds at least
+    ``SHARED_HOME_BYTES`` of them and unframe may write there: a tool file of a few kilobytes
+    written beside the data (hidden, removed after) reads it where it lies, where a private copy
+    would double the disk and the time (onnxruntime resolves a linked data file to its target and
+    refuses one outside the model's folder; a hard link makes onnx's loaders refuse the file). The
+    data file itself is never written."""
+    tensors = [t for graph in model.graphs() for v in graph.initializers.values()
+               if isinstance(t := v.const_value, ir.ExternalTensor)]
+    homes = {Path(t.base_dir).resolve() for t in tensors}
+    if len(homes) != 1 or sum(t.nbytes for t in tensors) < SHARED_HOME_BYTES:
+        return None
+    home = homes.pop()
+    probe = home / f".unframe-probe-{uuid.uuid4().hex[:12]}"
+    try:
+        probe.touch(exist_ok=False)
+    except OSError:  # read-only, or not ours to write: the private copy
+        return None
+    probe.unlink(missing_ok=True)
+    return home
 
 
 # A check (``check --to coreml``'s dry translation, TensorRT's parser verdict) takes float weights

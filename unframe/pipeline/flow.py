@@ -143,8 +143,10 @@ class Flow:
     def fork(self, clone: bool) -> Flow:
         """A copy for one target's branch: its own model (a clone when other branches follow),
         report, artifact and written files; the prefix's reference runner and feeds are shared.
-        A prefix without a graph (direct branches only: nothing was exported) pins nothing."""
-        if self.model is not None:
+        A prefix without a graph (direct branches only: nothing was exported) pins nothing, nor
+        does the fork of a single branch: its stages pin the runners themselves before they change
+        the model (or, for large weights, keep the graph as it was instead: ``OpsetStage``)."""
+        if self.model is not None and clone:  # several branches: the others keep the prefix's
             self.pin_runners()
         model = self.model.clone() if clone and self.model is not None else self.model
         return Flow(self.settings, self.source, self.frontend, native=self.native, export=self.export,

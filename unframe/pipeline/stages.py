@@ -202,14 +202,45 @@ class OpsetStage(Stage):
             return  # already there: nothing changed, nothing to compare
         from unframe import version_converter
 
-        flow.pin_runners()
-        if flow.validate and flow.settings.locate:
-            flow.before = model.clone()  # O(nodes); tensors are shared, never copied
+        shared = self._shares_weights(flow)
+        if shared:
+            _ = flow.feeds  # drawn from the graph as it is, before it changes
+        else:
+            flow.pin_runners()
+        before = model.clone() if flow.validate and (shared or flow.settings.locate) else None
+        if flow.settings.locate:
+            flow.before = before  # O(nodes); tensors are shared, never copied
         flow.conversion = version_converter.convert_opset(
             model, self.target, ml_target=self.ml_target if move_ml else None)  # raises with every blocker
         flow.opset_path.append(self.target)
-        if flow.validate:
+        if not flow.validate:
+            return
+        if shared and before is not None:
+            self._shared_parity(flow, before)
+        else:
             flow.candidate = onnx_runner_of(model)
+
+    @staticmethod
+    def _shares_weights(flow: Flow) -> bool:
+        """A model of large weights whose reference hasn't loaded them yet: parity runs the
+        graph before once and the converted nodes alone (``validate.shared``)."""
+        from unframe import io
+        from unframe.validate.shared import LARGE_WEIGHTS
+
+        ref = flow.reference
+        return (flow.validate and isinstance(ref, Deferred) and not ref.pinned
+                and io.tensor_bytes(flow.model) >= LARGE_WEIGHTS)
+
+    @staticmethod
+    def _shared_parity(flow: Flow, before: ir.Model) -> None:
+        from unframe.validate.shared import SharedParity, cut
+
+        plan = cut(before, flow.model)
+        ref = flow.reference
+        parity = SharedParity(before, flow.model, plan, flow.feeds, what=getattr(ref, "what", "the source model"),
+                              failure=getattr(ref, "failure", InputError))
+        flow.reference, flow.candidate = parity.reference, parity.candidate
+        flow.notes.append(f"opset parity on large weights, loaded once: {plan.describe()}")
 
     def locate_plan(self, flow: Flow, tolerance: float, candidate: Runner | None = None) -> Any:
         from unframe.locate import LocatePlan

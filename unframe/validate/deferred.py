@@ -20,7 +20,6 @@ if TYPE_CHECKING:
 
 
 class Deferred(Runner):
-    timed = False  # the runner it builds is timed (its build too: a session is a tool's time)
     """A runner built on first use. The source framework's runner names its outputs after the
     exported graph, so it can only be built after the export; ``pin()`` builds it early, before
     a stage changes the model it would run.
@@ -28,6 +27,8 @@ class Deferred(Runner):
     ``what`` names the model it runs and ``failure`` the error a runtime's refusal becomes: the
     source model failing in its own framework is bad input (``InputError``); a graph unframe or
     an exporter produced failing is a tool failure (``ConversionError``)."""
+
+    timed = False  # the runner it builds is timed (its build too: a session is a tool's time)
 
     def __init__(self, factory: Callable[[], Runner], what: str = "the converted model",
                  failure: type[UnframeError] = ConversionError) -> None:
@@ -43,6 +44,11 @@ class Deferred(Runner):
         running again (once each), and the runner is built only if something else needs it."""
         self._known.append((feeds, outputs))
         self._known_name = name or getattr(self, "_known_name", "")
+
+    @property
+    def pinned(self) -> bool:
+        """Whether the runner was built (a runtime holds the model)."""
+        return self._runner is not None
 
     def pin(self) -> Runner:
         if self._runner is None:

@@ -129,6 +129,12 @@ class OnnxRuntimeRunner(Runner):
     def output_names(self) -> list[str]:
         return list(self._outputs)
 
+    def close(self) -> None:
+        """Let the session go (its weights with it), here or in the child."""
+        if self.remote is not None:
+            self.remote.close()
+        self.session = None
+
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         from unframe import limits
 
@@ -251,17 +257,21 @@ class RemoteSession:
         box = self._box()
         assert self.src is not None
         what = "onnxruntime" if self.config is not None else "onnx's reference evaluator"
-        reply = box.call(_child_open, self.key, self.src.path, self.src.data, self.config,
-                         what=f"{what} loading the graph", timeout=OPEN_SECONDS,
-                         preload=_child_import if self.config is not None else _child_import_reference,
-                         hint="the graph holds something onnxruntime can't take; check it with "
-                              "`unframe check`, or convert with --no-validate")
+        with timing.tool(self._tool()):  # in the child: its start, the import, the session
+            reply = box.call(_child_open, self.key, self.src.path, self.src.data, self.config,
+                             what=f"{what} loading the graph", timeout=OPEN_SECONDS,
+                             preload=_child_import if self.config is not None else _child_import_reference,
+                             hint="the graph holds something onnxruntime can't take; check it with "
+                                  "`unframe check`, or convert with --no-validate")
         if isinstance(reply, str):  # onnxruntime refused the graph (an exception, not a crash)
             raise RuntimeError(reply)
         self.inputs, self.outputs = reply
         self.generation = box.starts
         if self.src.data is not None and len(self.src.data) > KEEP_BYTES:
             self.src = None  # not held twice: a child restarted since can't reopen it (said so)
+        elif self.src.path is not None and _in_user_folder(self.src.path):
+            self.src.cleanup()  # a graph file beside the user's data goes once read (no reopen)
+            self.src = None
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> list[Any]:
         box = self._box()
@@ -284,12 +294,24 @@ class RemoteSession:
         seconds = limits.remaining()
         what = "onnxruntime" if self.config is not None else "onnx's reference evaluator"
         try:
-            return box.call(_child_run, self.key, dict(feeds), seconds, what=f"{what} running the graph",
-                            timeout=None if seconds is None else max(seconds, 0.0) + 5.0,
-                            hint="the graph or its inputs hold something onnxruntime can't take")
+            with timing.tool(self._tool()):
+                return box.call(_child_run, self.key, dict(feeds), seconds, what=f"{what} running the graph",
+                                timeout=None if seconds is None else max(seconds, 0.0) + 5.0,
+                                hint="the graph or its inputs hold something onnxruntime can't take")
         except UnframeError:
             limits.raise_if_expired()  # the time limit stopped the child: say that
             raise
+
+    def _tool(self) -> str:
+        return f"onnxruntime {_version('onnxruntime')}" if self.config is not None else f"onnx.reference {_version('onnx')}"
+
+    def close(self) -> None:
+        """The child drops this session (nothing to do where the child is gone)."""
+        box = sandbox.existing(self.box_name)
+        if box is not None and box.alive() and box.starts == self.generation:
+            with contextlib.suppress(UnframeError, sandbox.SandboxedFailure):
+                box.call(_child_close, self.key, what="onnxruntime (closing a session)", timeout=30)
+        self.generation = -1
 
     def _reopen(self, why: str) -> None:
         if self.src is None:
@@ -297,6 +319,12 @@ class RemoteSession:
                              "send it again", "convert again; --no-validate converts without running "
                              "the graph")
         self._open()
+
+
+def _in_user_folder(path: str) -> bool:
+    from unframe import io
+
+    return io.in_user_folder(path)
 
 
 def _child_import() -> None:
@@ -355,6 +383,14 @@ def _child_run(key: str, feeds: dict[str, np.ndarray], seconds: float | None) ->
         raise  # the sandbox says it as a resource limit (the child's address space is bounded)
     except Exception as exc:  # noqa: BLE001
         return f"{type(exc).__name__}: {exc}"
+
+
+def _child_close(key: str) -> None:
+    """(In the child.) Drop one session."""
+    _SESSIONS.pop(key, None)
+    import gc
+
+    gc.collect()
 
 
 def _child_forget() -> None:
