@@ -20,6 +20,8 @@ from unframe.validate.compare import FAILED, StageParity, compare
 from unframe.validate.runner import Runner
 from unframe.validate.tolerances import Tolerance
 
+RECOVERIES = 2  # a stage's recover() is asked again after a retry that still fails
+
 
 class ParityStage(Stage):
     """Compares the runner the stage before offered with the last checked runner."""
@@ -45,12 +47,15 @@ class ParityStage(Stage):
         if ref is None:
             flow.reference = candidate
             return
-        result = self._compare(flow, ref, candidate, flow.feeds)
-        if not result and not result.run_failure:  # the stage's own precision: a rounding floor
-            retry = self.checks.recover(flow, candidate)  # (16-bit, or the source's float32)
-            if retry is not None:
-                candidate = retry
-                result = self._compare(flow, ref, candidate, flow.feeds)
+        result = self.checks.reused_parity(flow, ref, candidate) or self._compare(flow, ref, candidate, flow.feeds)
+        for _ in range(RECOVERIES):  # the stage's own precision: a rounding floor (16-bit, or
+            if result or result.run_failure:  # the source's float32), then full precision
+                break
+            retry = self.checks.recover(flow, candidate)
+            if retry is None:
+                break
+            candidate = retry
+            result = self._compare(flow, ref, candidate, flow.feeds)
         # other inputs may exercise a degenerate reference; a random one stays random
         degenerate = result.cut_ties or any(o.weak and not o.unstable for o in result.outputs)
         if result and degenerate and not flow.redrawn:

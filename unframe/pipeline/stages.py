@@ -60,6 +60,11 @@ class Stage:
         is nothing to retry (the default)."""
         return None
 
+    def reused_parity(self, flow: Flow, reference: Runner, candidate: Runner) -> Any:
+        """A comparison of these runners on ``flow.feeds`` the stage already made itself, with
+        the options the parity stage would use (a ``StageParity``); None: compare (the default)."""
+        return None
+
     def decode_steps(self, flow: Flow) -> int:
         """Greedy tokens the parity stage after this one compares for a decoder."""
         from unframe.validate.generate import DEFAULT_STEPS
@@ -132,6 +137,23 @@ class ExportStage(Stage):
 
     def compare_options(self, flow: Flow) -> dict[str, Any]:
         return {**super().compare_options(flow), **float32_floors(self._noise, flow)}
+
+    def reused_parity(self, flow: Flow, reference: Runner, candidate: Runner) -> Any:
+        """The frontend's own check compared the source with onnxruntime on the parity feeds, at
+        the export's tolerances (the TF frontend: ``extra["self_check"]``): a comparison that
+        passed stands for the parity stage's while nothing it depends on changed (the graph, the
+        feeds, no --atol/--rtol, no exact outputs). A 17M-element output was compared twice."""
+        export = flow.export
+        found = export.extra.pop("self_check", None) if export is not None else None
+        if found is None:
+            return None
+        fingerprint, result = found
+        s = flow.settings
+        if (not result or fingerprint != graph_fingerprint(flow.model) or flow.feeds is not export.feeds
+                or s.atol is not None or s.rtol is not None or export.exact_outputs or flow.unstable):
+            return None
+        result.reference, result.candidate = reference.name, candidate.name
+        return result
 
     def recover(self, flow: Flow, candidate: Runner | None) -> Runner | None:
         """After the export's parity failed at the default tolerance: run the source in float64

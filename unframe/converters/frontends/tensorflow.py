@@ -161,8 +161,11 @@ class TensorflowFrontend(Frontend):
 
         inputs: list[TensorSpec] = export.extra["tf_inputs"]
         with quiet_native_logs():  # its runs are quieted by the runner itself
-            return make_runner(native, inputs, [v.name for v in export.model.graph.outputs],
-                               export.extra.get("nchw_inputs", ()))
+            runner = make_runner(native, inputs, [v.name for v in export.model.graph.outputs],
+                                 export.extra.get("nchw_inputs", ()))
+        for feed, values in export.extra.pop("tf_runs", []):  # the export's own runs: not again
+            runner.remember(feed, values)
+        return runner
 
     def describe(self, native: Any) -> str:
         kind = {"keras": "Keras model", "function": "tf.function", "saved_model": "SavedModel",

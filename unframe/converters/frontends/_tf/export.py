@@ -632,10 +632,11 @@ def load_problem(onnx_model: ir.Model, runner_factory: Callable[[ir.Model], Runn
 def parity_problem(ref: Runner, onnx_model: ir.Model,
                    feeds: dict[str, np.ndarray] | list[dict[str, np.ndarray]],
                    runner_factory: Callable[[ir.Model], Runner],
-                   tolerances: dict[str, tuple[float, float]] | None = None) -> str:
+                   tolerances: dict[str, tuple[float, float]] | None = None,
+                   results: list[Any] | None = None) -> str:
     """"" when onnxruntime loads the graph and matches ``ref`` on the feeds (one feed, or a list:
     the first and a probe with the dynamic axes changed), else why not (``tolerances``: per-output
-    (atol, rtol) the model's compute precision needs)."""
+    (atol, rtol) the model's compute precision needs). The comparison is appended to ``results``."""
     from unframe.validate.compare import compare
 
     try:
@@ -644,9 +645,10 @@ def parity_problem(ref: Runner, onnx_model: ir.Model,
         return f"onnxruntime rejects the graph: {error_line(exc)}"
     try:
         result = compare(ref, candidate, feeds if isinstance(feeds, list) else [feeds],
-                         stage="tf2onnx self-check",
-                         defaults=tolerances or None)
+                         stage="export", defaults=tolerances or None)
     except Exception as exc:
         return f"running the graph failed: {error_line(exc)}"
+    if results is not None:
+        results.append(result)
     return "" if result else f"parity: {result.reason}"
 

@@ -177,6 +177,7 @@ def _export(model: TfModel, inputs: list[TensorSpec], tf_feeds: list[dict[str, n
     tried: list[tuple[routes.Attempt, routes.Outcome]] = []
     finished: dict[int, ir.Model] = {}  # id(proto) -> edited graph, made once per route
     ran: dict[int, list[Any]] = {}  # id(proto) -> onnxruntime's (feed, outputs) of its check
+    compared: dict[int, list[Any]] = {}  # id(proto) -> the check's comparison (a StageParity)
 
     low = low_compute_dtype(model)
 
@@ -188,7 +189,7 @@ def _export(model: TfModel, inputs: list[TensorSpec], tf_feeds: list[dict[str, n
         try:
             with timing.checking() if self_check else contextlib.nullcontext():
                 return _check(model, finished[id(proto)], inputs, nchw, feeds, self_check, low,
-                              ran.setdefault(id(proto), []))
+                              ran.setdefault(id(proto), []), compared.setdefault(id(proto), []))
         finally:
             if self_check:  # a load check alone (nothing validated) is part of the export
                 checking[0] += time.perf_counter() - started
@@ -224,10 +225,26 @@ def _export(model: TfModel, inputs: list[TensorSpec], tf_feeds: list[dict[str, n
 
         # the parity stage needn't run them again, while the graph is the one they ran
         extra["onnx_runs"] = (graph_fingerprint(ir_model), ran[id(outcome.proto)])
+        if compared.get(id(outcome.proto)):  # nor compare them again (ExportStage.reused_parity)
+            extra["self_check"] = (graph_fingerprint(ir_model), compared[id(outcome.proto)][-1])
+    if self_check and model.memo:  # TensorFlow's own runs on the parity feeds (the probes'): the
+        extra["tf_runs"] = tf_runs(model.memo, tf_feeds, feeds)  # parity reference reuses them
     return ExportResult(model=ir_model, tool=chosen.tool, route=chosen.route, opset=chosen.opset,
                         tool_versions=dict(versions), notes=list(notes) + route_notes, feeds=feeds,
                         tolerances=compute_tolerances(ir_model, low), extra=extra,
                         check_seconds=checking[0])
+
+
+def tf_runs(memo: dict[Any, Any], tf_feeds: Sequence[dict[str, np.ndarray]],
+            feeds: Sequence[dict[str, np.ndarray]]) -> list[tuple[dict[str, np.ndarray], list[Any]]]:
+    """(parity feed, TensorFlow's outputs on it) for each feed the export's runs already ran
+    (``memo`` is keyed by the TF-layout arrays, ``feeds`` are the same in the graph's layout)."""
+    out = []
+    for tf_feed, feed in zip(tf_feeds, feeds, strict=True):
+        key = tuple(sorted((name, id(value)) for name, value in tf_feed.items()))
+        if key in memo:
+            out.append((feed, memo[key][1]))
+    return out
 
 
 def _finish(model: TfModel, proto: onnx.ModelProto, inputs: Sequence[TensorSpec],
@@ -244,7 +261,7 @@ def _shape_of(inputs: Sequence[TensorSpec], name: str) -> tuple[Any, ...]:
 
 def _check(model: TfModel, candidate: ir.Model, inputs: Sequence[TensorSpec],
            nchw: Sequence[str], feeds: list[dict[str, np.ndarray]], parity: bool,
-           low: str | None, ran: list[Any] | None = None) -> str:
+           low: str | None, ran: list[Any] | None = None, results: list[Any] | None = None) -> str:
     if not parity:
         return routes.load_problem(candidate, OnnxRuntimeRunner)
     ref = make_runner(model, inputs, [v.name for v in candidate.graph.outputs], nchw, memo=model.memo)
@@ -253,7 +270,7 @@ def _check(model: TfModel, candidate: ir.Model, inputs: Sequence[TensorSpec],
         return _Recording(OnnxRuntimeRunner(graph), ran if ran is not None else [])
 
     return routes.parity_problem(ref, candidate, feeds, recorded,
-                                 compute_tolerances(candidate, low))
+                                 compute_tolerances(candidate, low), results)
 
 
 class _Recording(Runner):

@@ -37,6 +37,12 @@ class _TfRunner(Runner):
         self.onnx_outputs = list(onnx_outputs)
         self.nchw_inputs = set(nchw_inputs)
         self.memo = memo
+        self._known: list[tuple[dict[str, Any], list[np.ndarray]]] = []
+
+    def remember(self, feeds: Mapping[str, Any], values: list[np.ndarray]) -> None:
+        """The source's outputs (``model.outputs`` order) on these very feeds, from a run the
+        export already made (its probes): the first ``run`` on them returns them (once each)."""
+        self._known.append((dict(feeds), values))
 
     def input_specs(self) -> list[TensorSpec]:
         return list(self.inputs)
@@ -45,15 +51,24 @@ class _TfRunner(Runner):
         return list(self.onnx_outputs)
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        arrays = {}
-        for t in self.inputs:
-            value = np.asarray(feeds[t.name])
-            arrays[t.name] = to_channels_last(value) if t.name in self.nchw_inputs else value
-        values = self.run_native(arrays)  # in the order of self.model.outputs
+        values = self._remembered(feeds)
+        if values is None:
+            arrays = {}
+            for t in self.inputs:
+                value = np.asarray(feeds[t.name])
+                arrays[t.name] = to_channels_last(value) if t.name in self.nchw_inputs else value
+            values = self.run_native(arrays)  # in the order of self.model.outputs
         if set(self.model.outputs) == set(self.onnx_outputs):
             by_name = dict(zip(self.model.outputs, values, strict=True))
             return {name: np.asarray(by_name[name]) for name in self.onnx_outputs}
         return {name: np.asarray(values[i]) for i, name in enumerate(self.onnx_outputs)}
+
+    def _remembered(self, feeds: Mapping[str, Any]) -> list[np.ndarray] | None:
+        for i, (known, values) in enumerate(self._known):
+            if known.keys() == feeds.keys() and all(known[k] is feeds[k] for k in feeds):
+                del self._known[i]
+                return values
+        return None
 
     def run_native(self, arrays: dict[str, np.ndarray]) -> list[np.ndarray]:
         """The source's outputs (in ``model.outputs`` order) on TF-layout arrays by input name.
