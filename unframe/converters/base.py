@@ -404,6 +404,13 @@ class Backend(_Component):
         output's scale for fp16 compute (``unframe.validate.tolerances.Tolerance``)."""
         return None
 
+    def full_precision(self, target: Target) -> tuple[Target, str] | None:
+        """Where the runtime's own default stores the artifact at reduced precision (OpenVINO's
+        fp16 weights) and the user asked for no precision: the target that keeps full precision,
+        and what it changes (for the note), to convert again with when parity fails at the
+        default. None (the default): nothing to fall back to."""
+        return None
+
     def decode_steps(self, target: Target) -> int:
         """Greedy tokens compared against ONNX for a decoder (``unframe.validate.generate``):
         fewer for a runner that is slow per step (the MIL evaluator)."""

@@ -26,6 +26,7 @@ class BackendStage(Stage):
         self.target = target
         self.output = output
         self._rounding: tuple[Any, Any] | None = None  # (feeds, RoundingError) of the last parity
+        self._full = False  # converted again at full precision (Backend.full_precision)
 
     def run(self, flow: Flow) -> None:
         be, tgt = self.backend, self.target
@@ -80,7 +81,31 @@ class BackendStage(Stage):
         return options
 
     def recover(self, flow: Flow, candidate: Runner | None) -> Runner | None:
-        """After this stage's parity failed: for a 16-bit artifact, measure what 16-bit rounding
+        """After this stage's parity failed: the 16-bit rounding floor and the nodes kept in
+        float32 (``recover_rounding``); when that is spent or there is none, the artifact at the
+        full precision the runtime's default reduced (``recover_full_precision``)."""
+        runner = self.recover_rounding(flow, candidate)
+        return runner if runner is not None else self.recover_full_precision(flow)
+
+    def recover_full_precision(self, flow: Flow) -> Runner | None:
+        """Convert again with the target the backend offers at full precision (OpenVINO: fp32
+        weights where fp16 was only its default), said in a note; None when there is none, or it
+        was done. The new artifact is held to full precision's tolerance (no 16-bit floor)."""
+        if self._full or flow.artifact is None:
+            return None
+        found = self.backend.full_precision(self.target)
+        if found is None:
+            return None
+        self._full = True
+        self.target, why = found
+        self._rounding = None
+        flow.notes.append(why)
+        self._convert(flow)
+        runner, flow.candidate = flow.candidate, None
+        return runner if isinstance(runner, Runner) else None
+
+    def recover_rounding(self, flow: Flow, candidate: Runner | None) -> Runner | None:
+        """For a 16-bit artifact, measure what 16-bit rounding
         alone moves the float32 graph's outputs by (``unframe.validate.rounding``), which raises
         the parity's atol; where rounding alone goes past what parity may allow (a tenth of an
         output's scale, or an overflow), keep the nodes responsible in float32 (the bisection of
@@ -96,7 +121,7 @@ class BackendStage(Stage):
 
         be, tgt = self.backend, self.target
         precision = be.compute_precision(tgt)
-        if precision == "fp32" or flow.model is None or self._rounding is not None:
+        if precision == "fp32" or flow.model is None or self._rounding is not None or self._full:
             return None  # a float32 artifact, or already retried
         feeds = flow.feeds
         model = flow.model

@@ -74,16 +74,19 @@ class DirectStage(BackendStage):
         return None  # no graph both sides share: the parity failure names the outputs
 
     def recover(self, flow: Flow, candidate: Runner | None) -> Runner | None:
-        """A float32 artifact that failed at the default tolerance: measure what float32 alone
-        moves the source's outputs by (the source in float64, where its frontend can), which
-        raises the atol as the export's parity does (``validate.rounding.source_float32_error``):
-        the runtime's kernels sum in other orders. (A 16-bit artifact's floor is measured on an
-        ONNX graph, which this route has none of.)"""
+        """A 16-bit artifact whose precision was the runtime's default, not the user's: the
+        artifact at full precision (``recover_full_precision``; a 16-bit floor is measured on an
+        ONNX graph, which this route has none of). A float32 artifact that failed at the default
+        tolerance: measure what float32 alone moves the source's outputs by (the source in
+        float64, where its frontend can), which raises the atol as the export's parity does
+        (``validate.rounding.source_float32_error``): the runtime's kernels sum in other orders."""
         from unframe.validate.rounding import source_float32_error
 
+        if self.backend.compute_precision(self.target) != "fp32":
+            return self.recover_full_precision(flow)
         prepared = prepared_for(flow)
-        if (self._noise is not None or candidate is None or flow.reference is None or prepared.precise is None
-                or self.backend.compute_precision(self.target) != "fp32"):
+        if (self._noise is not None or candidate is None or flow.reference is None
+                or prepared.precise is None):
             return None
         precise = prepared.precise()
         if precise is None:

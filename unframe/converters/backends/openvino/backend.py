@@ -162,6 +162,16 @@ class OpenVINOBackend(Backend):
 
         return run
 
+    def full_precision(self, target: Target) -> tuple[Target, str] | None:
+        """fp16 weights are OpenVINO's default, not the user's choice: when they move the outputs
+        past parity (a detector keeping another box; near-tied scores), the IR keeps fp32 weights
+        instead. An asked ``--precision fp16`` or a quantized IR stays as asked."""
+        if target.options.get("precision") is not None or target.get("quantize") or _precision(target) != "fp16":
+            return None
+        return (Target(target.name, target.opset, {**target.options, "precision": "fp32"}),
+                "OpenVINO's default fp16 weights moved the outputs past parity: the IR keeps fp32 "
+                "weights (--precision fp16 keeps them fp16 and fails instead)")
+
     def compute_precision(self, target: Target) -> str:
         return "fp16" if _precision(target) == "fp16" else "fp32"
 
