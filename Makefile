@@ -12,6 +12,7 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -c constraints.txt -e '.[dev]'
 	$(PY) -m pip install -q -c constraints.txt --no-deps litert-torch litert-converter xdsl
+	$(PY) -m pip install -q -c constraints.txt --no-deps tf_keras tensorflow-model-optimization dm-tree
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -88,8 +88,9 @@ class TensorflowFrontend(Frontend):
     extra = "tf"
     requires = ("tensorflow", "keras", "tf2onnx")
     packages = "tensorflow-cpu, keras, tf2onnx"
-    description = ("TensorFlow/Keras: keras.Model, tf.Module, tf.function, ConcreteFunction, "
-                   ".keras, .h5, SavedModel directories, .tflite, frozen graph .pb (via tf2onnx)")
+    description = ("TensorFlow/Keras: keras.Model (Keras 3, and tf_keras: Keras 2, tfmot's quantization-aware "
+                   "models), tf.Module, tf.function, ConcreteFunction, .keras, .h5, SavedModel directories "
+                   "(TF2 and TF1, lookup tables included), .tflite, frozen graph .pb (via tf2onnx)")
     suffixes = (".keras", ".h5", ".hdf5", ".tflite", ".pb")
     object_types = (
         "keras.src.models.model.Model",

@@ -264,6 +264,8 @@ def from_object(obj: Any, signature: str | None) -> TfModel:
 
     if isinstance(obj, keras.Model):
         return from_keras(obj, f"keras model {obj.name!r}", None)
+    if is_legacy_keras(obj):
+        return from_legacy_keras(obj, f"tf_keras model {obj.name!r}")
     if isinstance(obj, tf.types.experimental.PolymorphicFunction):
         return from_function(obj, f"tf.function {getattr(obj, '__name__', '?')!r}")
     if isinstance(obj, tf.types.experimental.ConcreteFunction):
@@ -289,6 +291,34 @@ def from_keras(model: Any, source: str, path: Path | None) -> TfModel:
         inputs.append(TensorSpec(tensor.name, shape, numpy_name(tensor.dtype)))
     return TfModel("keras", model, source, inputs, keras_output_names(model), path=path,
                    int_high=embedding_bound(model))
+
+
+def is_legacy_keras(obj: Any) -> bool:
+    """A Keras 2 model: the ``tf_keras`` package, which TensorFlow Model Optimization's
+    quantization-aware training (``tfmot.quantization.keras.quantize_model``) and code written
+    before Keras 3 build on. It is a ``tf.Module`` whose call is no tf.function."""
+    return any(c.__module__.startswith("tf_keras.") and c.__name__ == "Model" for c in type(obj).__mro__)
+
+
+def from_legacy_keras(model: Any, source: str) -> TfModel:
+    """A Keras 2 model, exported through its call as a tf.function whose signature is the model's
+    symbolic inputs (functional and Sequential models; a subclassed one takes its inputs from the
+    samples, as a Keras 3 one does). Its ops are traced as they run: a quantization-aware model's
+    fake-quantization nodes (``FakeQuantWithMinMaxVars``) reach tf2onnx, which writes them as
+    QuantizeLinear/DequantizeLinear pairs, and parity runs the model's own quantized forward."""
+    import tensorflow as tf
+
+    symbolic = _functional_inputs(model)
+    if not symbolic:
+        return _subclassed(model, f"{source} (subclassed)")
+    specs = [tf.TensorSpec([None if d is None else int(d) for d in t.shape], t.dtype,
+                           name=str(t.name).split(":")[0]) for t in symbolic]
+
+    def call(*args: Any) -> Any:
+        return model(args[0] if len(args) == 1 else list(args), training=False)
+
+    fn = tf.function(call, input_signature=specs, autograph=False)
+    return from_function(fn, f"{source} (exported through its call)")
 
 
 def _functional_inputs(model: Any) -> list[Any]:

@@ -216,6 +216,12 @@ def _export(model: TfModel, inputs: list[TensorSpec], tf_feeds: list[dict[str, n
     if low:
         route_notes.append(f"mixed precision: the model computes in {low}; parity uses {low}'s "
                            "tolerance")
+    stepped = quantized_outputs(ir_model)
+    if stepped:
+        route_notes.append(f"the graph carries the model's own quantization (QuantizeLinear/DequantizeLinear): "
+                           f"output(s) {', '.join(stepped)} compared within one step of their quantizer "
+                           "(a value at a step's edge may round to either side: TensorFlow's fake quantization and "
+                           "ONNX's QuantizeLinear round ties and sum in their own ways)")
     extra = {"tf_inputs": inputs, "nchw_inputs": nchw, "tf_kind": model.kind,
              "signature": model.signature}
     if outcome.parity_failed:
@@ -329,12 +335,20 @@ def low_compute_dtype(model: TfModel) -> str | None:
 
 
 def compute_tolerances(graph: ir.Model, low: str | None) -> dict[str, tuple[float, float]]:
-    """Every output's tolerance is the compute precision's, whatever dtype it is returned in."""
+    """Every output's tolerance is the compute precision's, whatever dtype it is returned in; an
+    output the model's own quantization produced (a quantization-aware model's Q/DQ) is compared
+    within one step of its quantizer's grid (``validate.quantized``)."""
+    from unframe.validate import quantized
     from unframe.validate.tolerances import DEFAULTS
 
-    if low is None:
-        return {}
-    return {v.name: DEFAULTS[low] for v in graph.graph.outputs}
+    base = {v.name: DEFAULTS[low] for v in graph.graph.outputs} if low is not None else {}
+    return quantized.tolerances(graph, base, *DEFAULTS[low or "float32"])[0]
+
+
+def quantized_outputs(graph: ir.Model) -> list[str]:
+    from unframe.validate import quantized
+
+    return list(quantized.output_steps(graph))
 
 
 def function_outputs(model: TfModel, inputs: Sequence[TensorSpec]) -> list[str]:

@@ -1,0 +1,191 @@
+"""The public-architecture set's vision models at int8 on ONNX and OpenVINO (issue 38): does the
+accuracy guard pass, with how many layers kept in float, at what size?
+
+    .venv/bin/python bench/quantize_archs.py [--targets onnx,openvino] [--scheme int8] [--only NAME ...]
+        [--family F ...] [--journal bench/out/quantize_archs.jsonl] [--out docs/benchmarks/quantize_archs.md]
+
+Each vision model of model_zoo/build/arch_models.py (image inputs: torchvision, timm, Hugging Face
+vision, keras.applications, the subclassed Keras CNN; the ``--heavy`` siblings left out), in a
+child process of its own: built (seeded, outputs of order 1), then one
+``unframe.convert(model, to=["onnx", "openvino"], quantize="int8", sample_inputs=samples)``: one
+export, a quantized branch per target, each judged by the accuracy guard (top-1 agreement >= 98 %
+for classifier-like outputs, cosine >= 0.99 for every float output, on the held-out fifth of the
+calibration sets) in the artifact's own runtime, with the sensitivity pass keeping the costliest
+layers in float where it fails. No ``--calibration`` is given: unframe draws its calibration sets
+as parity draws feeds and says so; the guard then proves that the quantized artifact follows the
+float model on such inputs, not that it classifies images (the weights are random).
+
+A target either passes (its guard figures, layers kept in float, size against the float
+weights) or fails with unframe's exit code and message.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).parent))
+import architectures as arch_bench  # noqa: E402
+
+VISION = ("torchvision-classification", "torchvision-segmentation", "torchvision-detection",
+          "torchvision-optical-flow", "timm-classification", "hf-vision", "keras-applications",
+          "keras-subclassed")
+
+
+def is_vision(arch: Any, name: str) -> bool:
+    if arch.family == "keras-subclassed":
+        return "cnn" in name
+    return arch.family in VISION
+
+
+def run_model(name: str, targets: list[str], scheme: str) -> dict[str, Any]:
+    import unframe
+    from unframe.api import PartialFailure
+    from unframe.errors import UnframeError
+
+    archs = arch_bench._archs()
+    arch = archs.ARCHS[name]
+    record: dict[str, Any] = {"name": name, "family": arch.family, "framework": arch.framework,
+                              "scheme": scheme, "targets": {}}
+    model, samples = archs.build_checked(name)
+    folder = Path(tempfile.mkdtemp(prefix="quant-archs-"))
+    started = time.perf_counter()
+    try:
+        multi = unframe.convert(model, to=targets, sample_inputs=samples, quantize=scheme, locate=False,
+                                output=folder, **arch.options)
+    except PartialFailure as exc:
+        multi = exc.result
+    except UnframeError as exc:  # before the fork: every target alike
+        record["seconds"] = time.perf_counter() - started
+        for t in targets:
+            record["targets"][t] = {"ok": False, "exit": exc.exit_code, "message": " ".join(str(exc).split())[:300]}
+        return record
+    record["seconds"] = time.perf_counter() - started
+    for t in targets:
+        if t in multi.results:
+            guard = multi.results[t].report.stages[-1]
+            record["targets"][t] = {
+                "ok": bool(guard), "exit": 0, "guard": guard.status,
+                "top1": getattr(guard, "top1", None),
+                "cos": min(guard.cosine.values()) if getattr(guard, "cosine", None) else None,
+                "kept": list(getattr(guard, "kept_float", []) or []),
+                "size": (guard.size[1] / guard.size[0]) if getattr(guard, "size", None) else None,
+                "notes": [n for n in multi.results[t].notes if "quantiz" in n or "float" in n][:4]}
+        else:
+            err = multi.errors[t]
+            record["targets"][t] = {"ok": False, "exit": err.exit_code, "message": " ".join(str(err).split())[:300]}
+    return record
+
+
+def run_child(name: str, targets: list[str], scheme: str, timeout: float) -> dict[str, Any]:
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", name, "--targets", ",".join(targets),
+           "--scheme", scheme]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    started = time.perf_counter()
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, check=False)
+    except subprocess.TimeoutExpired:
+        return {"name": name, "error": f"timed out after {timeout:.0f} s", "wall_s": timeout}
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1][:300]
+        return {"name": name, "error": f"worker exit {proc.returncode}: {tail}", "wall_s": time.perf_counter() - started}
+    record = json.loads(lines[-1])
+    record["wall_s"] = time.perf_counter() - started
+    return record
+
+
+def report(records: list[dict[str, Any]], targets: list[str], header: str) -> str:
+    lines = [header, "", "| family | models | " + " | ".join(targets) + " |", "|---|---:|" + "---|" * len(targets)]
+    by_family: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in records:
+        by_family[r.get("family", "?")].append(r)
+    totals = {t: [0, 0] for t in targets}
+    for family in sorted(by_family):
+        rows = by_family[family]
+        cells = []
+        for t in targets:
+            ok = sum(1 for r in rows if r.get("targets", {}).get(t, {}).get("ok"))
+            cells.append(f"{ok}/{len(rows)}")
+            totals[t][0] += ok
+            totals[t][1] += len(rows)
+        lines.append(f"| {family} | {len(rows)} | " + " | ".join(cells) + " |")
+    lines.append(f"| **all** | {len(records)} | " + " | ".join(
+        f"**{ok}/{n} ({100 * ok / max(n, 1):.0f} %)**" for ok, n in totals.values()) + " |")
+    lines += ["", "| model | family | " + " | ".join(f"{t}: guard (top-1, cos), kept, size" for t in targets) + " | s |",
+              "|---|---|" + "---|" * len(targets) + "---:|"]
+    for r in sorted(records, key=lambda r: (r.get("family", ""), r["name"])):
+        cells = []
+        for t in targets:
+            e = r.get("targets", {}).get(t)
+            if e is None:
+                cells.append(r.get("error", "")[:80])
+            elif e["ok"]:
+                top1 = f"{e['top1']:.0%}" if e.get("top1") is not None else "-"
+                cos = f"{e['cos']:.4f}" if e.get("cos") is not None else "-"
+                size = f"{e['size']:.2f}x" if e.get("size") else "-"
+                cells.append(f"passed ({top1}, {cos}), {len(e['kept'])} kept, {size}")
+            else:
+                cells.append(f"exit {e['exit']}: {e.get('message', '')[:110]}")
+        lines.append(f"| {r['name']} | {r.get('family', '?')} | " + " | ".join(cells) + f" | {r.get('wall_s', 0):.0f} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--targets", default="onnx,openvino")
+    parser.add_argument("--scheme", default="int8")
+    parser.add_argument("--only", nargs="*", default=[])
+    parser.add_argument("--family", nargs="*", default=[])
+    parser.add_argument("--timeout", type=float, default=1800.0)
+    parser.add_argument("--journal", type=Path, default=ROOT / "bench" / "out" / "quantize_archs.jsonl")
+    parser.add_argument("--rerun", action="store_true")
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--report-only", action="store_true")
+    args = parser.parse_args()
+    targets = args.targets.split(",")
+    if args.worker:
+        print(json.dumps(run_model(args.worker, targets, args.scheme)))
+        return
+    archs = arch_bench._archs()
+    names = [n for n, a in archs.ARCHS.items() if is_vision(a, n) and not a.heavy
+             and (not args.only or n in args.only) and (not args.family or a.family in args.family)]
+    families = {n: archs.ARCHS[n].family for n in names}
+    args.journal.parent.mkdir(parents=True, exist_ok=True)
+    done = {} if not args.journal.is_file() else {
+        r["name"]: r for r in map(json.loads, args.journal.read_text().splitlines()) if r}
+    if not args.report_only:
+        for name in arch_bench.interleave(names, families):
+            if name in done and not args.rerun:
+                continue
+            record = run_child(name, targets, args.scheme, args.timeout)
+            record.setdefault("family", families[name])
+            done[name] = record
+            with args.journal.open("a") as f:
+                f.write(json.dumps(record) + "\n")
+            status = record.get("error") or ", ".join(
+                f"{t}: {'ok' if e['ok'] else 'exit ' + str(e['exit'])}" for t, e in record["targets"].items())
+            print(f"{name}: {status} ({record.get('wall_s', 0):.0f} s)", flush=True)
+    records = [done[n] for n in names if n in done]
+    load = os.getloadavg()
+    header = (f"Written {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on {platform.node()} "
+              f"({os.cpu_count()} CPUs, load {load[0]:.1f}); --quantize {args.scheme}; {len(records)} models.")
+    text = report(records, targets, header)
+    if args.out:
+        args.out.write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
