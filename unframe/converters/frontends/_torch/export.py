@@ -124,8 +124,11 @@ def export_dynamo(model: Any, inputs: ModelInputs | None, outputs: list[str] | N
     """``optimize=False`` skips onnxscript's optimizer (see ``precision.optimizer_safe``)."""
     import torch
 
+    from unframe.converters.frontends._torch.translations import translation_table
+
     kwargs: dict[str, Any] = dict(dynamo=True, opset_version=opset, verbose=False,
-                                  output_names=outputs, optimize=optimize)
+                                  output_names=outputs, optimize=optimize,
+                                  custom_translation_table=translation_table())
     if isinstance(model, torch.export.ExportedProgram):
         args: tuple[Any, ...] = ()
     else:

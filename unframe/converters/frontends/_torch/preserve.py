@@ -114,15 +114,42 @@ class TorchState:
 
 
 def _unique_tensors(modules: list[Any]) -> list[Any]:
-    """Parameters, their grads (``module.to()`` casts those in place too) and buffers, once."""
+    """Parameters, their grads (``module.to()`` casts those in place too) and buffers, once. A
+    tensor subclass that wraps others (torchao's ``Int8Tensor``: int8 data and scales; a DTensor is
+    kept by its local shard instead) stands for the plain tensors inside it: those hold the
+    values, and its own bits can't be read as one tensor's."""
     seen: dict[int, Any] = {}
+
+    def add(t: Any) -> None:
+        inner = _wrapped(t)
+        if inner is not None:
+            for part in inner:
+                add(part)
+            return
+        seen.setdefault(id(t), t)
+        if t.grad is not None:
+            seen.setdefault(id(t.grad), t.grad)
+
     for m in modules:
         for t in [*m._parameters.values(), *m._buffers.values()]:
             if t is not None:
-                seen.setdefault(id(t), t)
-                if t.grad is not None:
-                    seen.setdefault(id(t.grad), t.grad)
+                add(t)
     return list(seen.values())
+
+
+def _wrapped(t: Any) -> list[Any] | None:
+    """The tensors a traceable wrapper subclass holds (``__tensor_flatten__``), or None for a plain
+    tensor (or a DTensor, which ``_local`` reads shard by shard)."""
+    if getattr(type(t), "to_local", None) is not None:
+        return None
+    try:
+        from torch.utils._python_dispatch import is_traceable_wrapper_subclass
+    except ImportError:  # an older torch: no such subclasses to see through
+        return None
+    if not is_traceable_wrapper_subclass(t):
+        return None
+    names, _ = t.__tensor_flatten__()
+    return [getattr(t, name) for name in names]
 
 
 def _configs(modules: list[Any]) -> list[tuple[Any, dict[str, Any]]]:
