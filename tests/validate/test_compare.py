@@ -201,6 +201,25 @@ def test_another_detection_kept_at_a_tied_cut_is_weak_not_a_failure():
     assert not result and not result.cut_ties
 
 
+def test_a_saturated_detector_whose_every_score_ties_keeps_any_of_its_detections_weakly():
+    """Every kept score is 1.0 on both sides (a detector whose random weights saturate on noise
+    inputs: torchvision SSD300 on parity's redrawn feeds): which boxes are kept is the tie's choice
+    throughout, so rows that hold other boxes (here half of them, past the share a tie at a cut
+    may swap) are not compared and the stage is weak. Control: with one score that doesn't tie,
+    the same boxes fail."""
+    fp16 = lambda _dt: (1e-2, 1e-2)  # noqa: E731
+    ref = _kept(REF_BOXES, [1.0, 1.0, 1.0, 1.0], [1, 1, 1, 1])
+    other = _kept([REF_BOXES[0], [70, 70, 80, 95], REF_BOXES[2], [9, 9, 30, 30]], [1.0, 1.0, 1.0, 1.0], [1, 1, 1, 1])
+    result = compare(ref, other, [{}], stage="backend", default_fn=fp16)
+    assert result, result.reason
+    assert result.cut_ties and "2 of 4 rows" in result.cut_ties[0] and "every kept score ties" in result.cut_ties[0]
+    assert "WEAK" in result.summary()
+    not_all = _kept(REF_BOXES, [1.0, 1.0, 1.0, 0.9], [1, 1, 1, 1])
+    other_not_all = _kept([REF_BOXES[0], [70, 70, 80, 95], REF_BOXES[2], [9, 9, 30, 30]], [1.0, 1.0, 1.0, 0.9],
+                          [1, 1, 1, 1])
+    assert not compare(not_all, other_not_all, [{}], stage="backend", default_fn=fp16)
+
+
 def test_a_different_detection_away_from_the_cut_still_fails():
     """The same other box, but kept in the middle (its score ties with nothing kept there), at the
     end with a score far from the cut, or at the end with the reference's own score where the

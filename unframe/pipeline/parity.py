@@ -48,24 +48,34 @@ class ParityStage(Stage):
             flow.reference = candidate
             return
         result = self.checks.reused_parity(flow, ref, candidate) or self._compare(flow, ref, candidate, flow.feeds)
-        for _ in range(RECOVERIES):  # the stage's own precision: a rounding floor (16-bit, or
-            if result or result.run_failure:  # the source's float32), then full precision
-                break
-            retry = self.checks.recover(flow, candidate)
-            if retry is None:
-                break
-            candidate = retry
-            result = self._compare(flow, ref, candidate, flow.feeds)
+        result, candidate = self._recovered(flow, ref, candidate, result)
         # other inputs may exercise a degenerate reference; a random one stays random
         degenerate = result.cut_ties or any(o.weak and not o.unstable for o in result.outputs)
         if result and degenerate and not flow.redrawn:
             result = self._redraw(flow, ref, candidate, result)
+            if not result:  # inputs that exercise the model found what the first ones hid
+                result, candidate = self._recovered(flow, ref, candidate, result)
         if not result and flow.settings.locate and not result.run_failure:
             flow.divergence = locate_failure(self.checks, flow, result, candidate)
         if result:
             self._generate(flow, ref, candidate, result)
         flow.record(result)
         flow.reference = candidate
+
+    def _recovered(self, flow: Flow, ref: Runner, candidate: Runner, result: StageParity
+                   ) -> tuple[StageParity, Runner]:
+        """A failed comparison (not a run failure) handed to the stage's ``recover``: the stage's own
+        precision (a rounding floor: 16-bit, or the source's float32), then full precision; each
+        retry compared again on the current feeds. The last comparison and its candidate."""
+        for _ in range(RECOVERIES):
+            if result or result.run_failure:
+                break
+            retry = self.checks.recover(flow, candidate)
+            if retry is None:
+                break
+            candidate = retry
+            result = self._compare(flow, ref, candidate, flow.feeds)
+        return result, candidate
 
     def _generate(self, flow: Flow, ref: Runner, candidate: Runner, result: StageParity) -> None:
         """A decoder's tokens: greedy generation on both sides (``unframe.validate.generate``)."""

@@ -419,7 +419,10 @@ def match_tied_rows(pairs: dict[str, tuple[np.ndarray, np.ndarray]], slack: Any
         crowded = ref[-2] - ref[-1] <= allowed[-2]  # the cut falls inside a band of tied scores
         tied = crowded and all(ref[i] - ref[-1] <= allowed[i] and abs(out[perm[i]] - ref[-1]) <= allowed[-1]
                                for i in swapped)
-        if swapped and (not tied or len(swapped) > max(1, int(CUT_SWAPS * ref.size))):
+        # every kept score ties on both sides (a saturated detector: all 1.0): which detections are
+        # kept is the tie's choice throughout, so any of the rows may be another one
+        every = ref[0] - ref[-1] <= allowed[0] and bool(np.all(np.abs(out - ref[-1]) <= allowed))
+        if swapped and (not tied or len(swapped) > (ref.size if every else max(1, int(CUT_SWAPS * ref.size)))):
             swapped = []  # not a tie at the cut: compared as they are, and it fails
             if unmatched:
                 return pairs, "", ""
@@ -439,7 +442,9 @@ def match_tied_rows(pairs: dict[str, tuple[np.ndarray, np.ndarray]], slack: Any
                      "tolerance") if moved else ""
         cut = (f"{len(swapped)} of {k} rows of {names} hold another detection at the cut: scores on "
                f"both sides tie with the last one kept ({ref[-1]:.4g}) within the tolerance, so "
-               "either may be kept") if swapped else ""
+               "either may be kept" + ("; every kept score ties (the reference's scores are one "
+                                       "value): which detections are kept is the tie's choice" if every else "")
+               ) if swapped else ""
         return matched, reordered, cut
     return pairs, "", ""
 
