@@ -1,7 +1,7 @@
 """LLM scale: export and opset-convert a Llama-3.2-1B-shaped decoder, against the anchors, in one run.
 
     .venv/bin/python bench/llm.py [--arch llama-1b|qwen-1.5b] [--layers N] [--skip CASE ...]
-                                  [--out docs/benchmarks/llm.md]
+                                  [--parity | --only-parity | --quant] [--out docs/benchmarks/llm.md]
 
 The model is built from the public config (``LlamaConfig`` of Llama-3.2-1B, ``Qwen2Config`` of
 Qwen2.5-1.5B) with seeded weights: nothing is downloaded. ``--layers`` keeps every shape but
@@ -98,6 +98,10 @@ CASES = ("anchor_export", "unframe_export", "unframe_export_kv", "opset_unframe"
          "synthetic_unframe", "synthetic_onnx", "coreml_unframe", "coreml_stateful", "coreml_anchor",
          "tensorrt_preflight", "tensorrt_slice", "check_onnx", "check_coreml", "inspect_onnx")
 PARITY_CASES = ("parity_onnx", "parity_coreml", "parity_stateful")
+# issue 38: the export quantized to int4 weights (w4, blocks of 32, its accuracy guard: greedy tokens
+# and perplexity against the float model) against the same export at fp16 (its parity), on the
+# perturbed model (decisive logits); size of the written weights and each process's peak RSS
+QUANT_CASES = ("quant_fp16", "quant_w4")
 LOGIT_SPREAD = 4.0  # std of the prompt's logits after perturbation
 EXPORTS = ("anchor_export", "unframe_export", "unframe_export_kv")
 
@@ -349,9 +353,46 @@ def _weights_bin(out: Path) -> float:
     return sum(p.stat().st_size for p in found) / 2**20
 
 
+def quant_case(case: str, folder: Path, arch: str, layers: int | None) -> dict[str, Any]:
+    """The perturbed model exported at fp16 (``precision="fp16"``, parity on) or with int4 weights
+    (``quantize="w4"``, the accuracy guard on), dynamic sequence: seconds, the process's peak RSS,
+    the written files' size against the float32 weights, and the guard's figures."""
+    import torch
+
+    import unframe
+    from unframe.errors import ParityError
+
+    torch.set_num_threads(2)
+    row: dict[str, Any] = {"case": case}
+    model, row["logits"] = perturbed(arch, layers)
+    row["weight_mb"] = sum(p.numel() * p.element_size() for p in model.parameters()) / 2**20
+    out = folder / case / "model.onnx"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    options: dict[str, Any] = {"precision": "fp16"} if case == "quant_fp16" else {"quantize": "w4"}
+    dynamic = [("input_ids", 1, "sequence_length"), ("attention_mask", 1, "sequence_length")]
+    row["before_mb"] = rss_mb()
+    t0 = time.perf_counter()
+    try:
+        result = unframe.convert(model, to="onnx", sample_inputs=samples(), output=out, force=True,
+                                 dynamic=dynamic, **options)
+        report, row["stages"] = result.report, {k: round(v, 1) for k, v in result.timings.items()}
+    except ParityError as exc:
+        report, row["failed"] = exc.report, str(exc)[:400]
+    row["seconds"] = time.perf_counter() - t0
+    row["peak_rss_mb"] = peak_mb()
+    row["output_mb"] = sum(p.stat().st_size for p in out.parent.iterdir()) / 2**20 if out.exists() else None
+    row["size_ratio"] = row["output_mb"] / row["weight_mb"] if row["output_mb"] else None
+    row["parity"] = [s.summary() for s in (report.stages if report is not None else [])]
+    row["note"] = (f"{row['output_mb']:.0f} MiB written ({row['size_ratio']:.2f}x the fp32 weights); "
+                   if row["output_mb"] else "nothing written; ") + "; ".join(row["parity"])[:300]
+    return row
+
+
 def child(case: str, folder: Path, arch: str, layers: int | None, opset: int) -> dict[str, Any]:
     torchvision_shim()
     row: dict[str, Any] = {"case": case}
+    if case in QUANT_CASES:
+        return quant_case(case, folder, arch, layers)
     if case.startswith("tensorrt"):
         return tensorrt_case(case, folder, arch)
     if case in PARITY_CASES:
@@ -497,6 +538,12 @@ def ratios(rows: dict[str, dict[str, Any]]) -> list[str]:
     if "seconds" in a and "seconds" in b:
         out.append(f"- coreml_unframe / coreml_anchor: time {a['seconds'] / b['seconds']:.2f}x, "
                    f"peak RSS {a['peak_rss_mb'] / b['peak_rss_mb']:.2f}x")
+    w4, fp16 = rows.get("quant_w4", {}), rows.get("quant_fp16", {})
+    if w4.get("size_ratio") is not None:
+        out.append(f"- quant_w4 size: {w4['size_ratio']:.3f}x the fp32 weights (target <= 0.2)")
+    if "peak_rss_mb" in w4 and "peak_rss_mb" in fp16:
+        out.append(f"- quant_w4 / quant_fp16 peak RSS: {w4['peak_rss_mb'] / fp16['peak_rss_mb']:.2f}x "
+                   "(target <= 1)")
     if "weight_mb" in rows.get("unframe_export", {}):
         r = rows["unframe_export"]
         out.append(f"- unframe_export peak RSS - weights: {r['peak_rss_mb'] - r['weight_mb']:.0f} MiB "
@@ -509,13 +556,14 @@ def main() -> None:
     parser.add_argument("--arch", choices=sorted(CONFIGS), default="llama-1b")
     parser.add_argument("--layers", type=int, default=None)
     parser.add_argument("--opset", type=int, default=21, help="target of the opset cases")
-    parser.add_argument("--skip", nargs="*", default=[], choices=CASES + PARITY_CASES)
+    parser.add_argument("--skip", nargs="*", default=[], choices=CASES + PARITY_CASES + QUANT_CASES)
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--parity", action="store_true", help="also run the full-size parity cases")
     parser.add_argument("--only-parity", action="store_true", help="run the parity cases alone")
+    parser.add_argument("--quant", action="store_true", help="run the quantization cases alone (issue 38)")
     parser.add_argument("--workdir", type=Path, default=None,
                         help="keep the models here (default: a temporary folder, removed after)")
-    parser.add_argument("--child", choices=CASES + PARITY_CASES)
+    parser.add_argument("--child", choices=CASES + PARITY_CASES + QUANT_CASES)
     parser.add_argument("--folder", type=Path)
     args = parser.parse_args()
     if args.child:
@@ -527,9 +575,11 @@ def main() -> None:
           else tempfile.TemporaryDirectory(prefix="unframe-bench-llm-")) as tmp:
         folder = Path(tmp)
         folder.mkdir(parents=True, exist_ok=True)
-        if not args.only_parity and not {"synthetic_unframe", "synthetic_onnx"} <= set(args.skip):
+        if not (args.only_parity or args.quant) and not {"synthetic_unframe", "synthetic_onnx"} <= set(args.skip):
             write_synthetic(folder / "synthetic")
         cases = (() if args.only_parity else CASES) + (PARITY_CASES if args.parity or args.only_parity else ())
+        if args.quant:
+            cases = QUANT_CASES
         for case in cases:
             if case in args.skip:
                 continue

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import onnx_ir as ir
 import pytest
 
 import unframe
@@ -74,6 +75,27 @@ def test_sensitivity_pass_keeps_the_costly_layers_in_float(tmp_path, trained) ->
     check = result.report.stages[-1]
     assert check.status == "passed" and check.kept_float and check.rounds > 1, check.summary()
     assert "kept in float" in check.summary()
+
+
+def test_a_sensitivity_pass_past_the_memory_budget_is_left_out_and_said(tmp_path, monkeypatch) -> None:
+    """The same model, with a memory budget the sensitivity pass would exceed (its weights' many
+    copies, measured past 16 GB on a 1.3 GB decoder that then got killed): the pass is left out,
+    the guard's failure stands (exit 5, nothing written) and says why and what raises it."""
+    from unframe.errors import ParityError
+    from unframe.pipeline import quantize as quantize_stage
+
+    model = digits_cnn(seed=1)
+    with torch.no_grad():
+        model.model[0].weight[0] *= 500.0
+        model.model[0].bias[0] *= 500.0
+        model.model[2].weight[:, 0] /= 500.0
+    monkeypatch.setattr(quantize_stage, "SENSITIVITY_COPIES", 10**9)
+    sets = [{"input": model.train[i:i + 8]} for i in range(0, 320, 8)]
+    with pytest.raises(ParityError) as caught:
+        unframe.convert(model.model, to="onnx", sample_inputs=torch.tensor(model.train[:8]),
+                        quantize="int8", calibration=sets, output=tmp_path / "kept.onnx")
+    assert "sensitivity pass was left out" in caught.value.message and "--max-memory" in caught.value.message
+    assert not (tmp_path / "kept.onnx").exists()
 
 
 def test_a_target_that_cant_hold_the_scheme_refuses_it(tmp_path, trained) -> None:
@@ -143,3 +165,64 @@ def test_w4_decoder_keeps_its_tokens_and_perplexity(tmp_path) -> None:
         unframe.convert(decoder.model, to="onnx", sample_inputs={"input_ids": torch.tensor(decoder.windows[:2])},
                         dynamic=[("input_ids", 1, "seq")], quantize="w4", calibration=sets,
                         accuracy="ppl=0.001", output=tmp_path / "strict.w4.onnx")
+
+
+def test_int4_blocks_worked_a_few_at_a_time_are_the_same(monkeypatch) -> None:
+    """The int4 blocks are quantized a chunk of rows at a time (a 1B model's embedding made ~10 GB
+    of temporaries at once): chunks of 7 blocks give the very values and scales of one chunk, along
+    either axis, a padded last block included."""
+    import numpy as np
+
+    from unframe.passes.quantize import onnx_quant
+
+    w = np.random.default_rng(0).standard_normal((70, 45)).astype(np.float32) * 0.1
+    w[3, 5] = 4.0  # an outlier: its block clips
+    for axis in (0, 1):
+        whole = onnx_quant._int4_blocks(w, axis)
+        monkeypatch.setattr(onnx_quant, "ROWS_AT_ONCE", 7)
+        parts = onnx_quant._int4_blocks(w, axis)
+        monkeypatch.undo()
+        assert np.array_equal(whole[0].astype(np.int8), parts[0].astype(np.int8))
+        assert np.array_equal(whole[1], parts[1]) and whole[2] == parts[2]
+        assert whole[0].shape == w.shape and whole[1].shape[axis] == -(-w.shape[axis] // 32)
+
+
+def test_a_tied_embedding_and_its_transposed_head_are_quantized_once() -> None:
+    """A language model whose output head is its embedding (tied weights: Llama-3.2-1B's 1 GB
+    table): the export reads the one initializer through Gather and through Transpose -> MatMul,
+    which the per-node pass can't see. w4 stores it once as int4 blocks along the hidden axis
+    (w8: int8 rows), the logits follow the float model's (the quantized function is right), and the
+    weights shrink accordingly. Control: before, the table stayed float32 (0.84x the float size on
+    the one-layer Llama)."""
+    import numpy as np
+    import onnxruntime as ort
+
+    torch.manual_seed(0)
+
+    class Tied(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.emb = torch.nn.Embedding(512, 64)
+            self.mid = torch.nn.Linear(64, 64)
+            self.head = torch.nn.Linear(64, 512, bias=False)
+            self.head.weight = self.emb.weight
+
+        def forward(self, input_ids):
+            return {"logits": self.head(torch.tanh(self.mid(self.emb(input_ids))))}
+
+    model, ids = Tied().eval(), torch.randint(0, 512, (2, 12), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        want = model(ids)["logits"].numpy()
+    for scheme, bits in (("w4", 4), ("w8", 8)):
+        result = unframe.convert(model, to="onnx", sample_inputs=ids, quantize=scheme, validate=False)
+        graph = result.model.graph
+        table = graph.initializers["head.weight_q%d" % bits]
+        assert table.const_value.dtype == (ir.DataType.INT4 if bits == 4 else ir.DataType.INT8)
+        assert "head.weight" not in graph.initializers  # no float copy left
+        readers = {u.node.op_type for dq in table.uses() for u in dq.node.outputs[0].uses()}
+        assert readers == {"Gather", "Transpose"}, readers
+        session = ort.InferenceSession(ir.to_proto(result.model).SerializeToString(), providers=["CPUExecutionProvider"])
+        got = session.run(None, {graph.inputs[0].name: ids.numpy()})[0]
+        cosine = float((got * want).sum() / np.linalg.norm(got) / np.linalg.norm(want))
+        assert cosine > (0.97 if bits == 4 else 0.999), (scheme, cosine)  # random weights: int4 costs ~1 %
+        assert any("embedding table" in n for n in result.notes), result.notes

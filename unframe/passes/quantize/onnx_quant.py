@@ -164,13 +164,76 @@ def weight_only(model: ir.Model, bits: int, exclude: set[str]) -> tuple[ir.Model
         before += weights.nbytes
         after += q.size * bits // 8 + scale.nbytes
         done += 1
+    tables = 0
+    for value in shared_tables(model, exclude):  # an embedding, tied or not, and its transposed readers
+        tensor = value.const_value
+        weights = tensor.numpy()
+        q, scale, attrs = _int4_blocks(weights, 1) if bits == 4 else _int8_channels(weights, 0)
+        dq_out = _dequantized(model, value, q, scale, attrs, bits)
+        value.replace_all_uses_with(dq_out)
+        before += weights.nbytes
+        after += q.size * bits // 8 + scale.nbytes
+        done += 1
+        tables += 1
     _drop_unused_initializers(model)
     if not done:
         return model, [f"w{bits}: no Conv/Gemm/MatMul weight of {MIN_ELEMENTS}+ elements to quantize"]
+    if tables:
+        layout_note = f" ({tables} of them embedding table(s) read by Gather and transposed MatMul)"
+    else:
+        layout_note = ""
     layout = "blocks of 32 along the input axis" if bits == 4 else "per output channel"
-    return model, [f"w{bits}: {done} weight(s) stored as int{bits} ({layout}), {before / 2**20:.2f} MiB -> "
+    return model, [f"w{bits}: {done} weight(s){layout_note} stored as int{bits} ({layout}), {before / 2**20:.2f} MiB -> "
                    f"{after / 2**20:.2f} MiB; activations stay float"
                    + (f"; kept in float: {', '.join(sorted(exclude))}" if exclude else "")]
+
+
+def shared_tables(model: ir.Model, exclude: set[str]) -> list[ir.Value]:
+    """2-D float initializers read only as an embedding table (``Gather`` of rows, axis 0) or
+    through a ``Transpose`` as a ``MatMul``'s weight: a language model's (tied) embedding and its
+    output head, which the per-node pass can't see (the MatMul reads the Transpose, not the
+    initializer). Blocks run along axis 1 (the hidden size: the MatMul's input axis after the
+    transpose), channels along axis 0 (a row, an output)::
+
+        before:  E float32[V, H] ─► Gather(E, ids);  E ─► Transpose ─► MatMul(h, E^T)
+        after:   E_q int4[V, H], E_scale[V, H/32] ─► DequantizeLinear(axis=1) ─► Gather, Transpose
+    """
+    found = []
+    for value in model.graph.initializers.values():
+        tensor = value.const_value
+        if tensor is None or tensor.dtype != ir.DataType.FLOAT or len(tensor.shape) != 2 or tensor.size < MIN_ELEMENTS:
+            continue
+        uses = list(value.uses())
+        if uses and all(_reads_as_table(u.node, u.idx, exclude) for u in uses):
+            found.append(value)
+    return found
+
+
+def _reads_as_table(node: ir.Node, index: int, exclude: set[str]) -> bool:
+    if node.name in exclude or node.domain not in ("", "ai.onnx"):
+        return False
+    if node.op_type == "Gather":
+        return index == 0 and node.attributes.get_int("axis", 0) == 0
+    if node.op_type == "Transpose":
+        perm = node.attributes.get_ints("perm", [1, 0])
+        return list(perm) == [1, 0] and all(u.node.op_type == "MatMul" and u.idx == 1 and u.node.name not in exclude
+                                            for u in node.outputs[0].uses())
+    return False
+
+
+def _dequantized(model: ir.Model, value: ir.Value, q: np.ndarray, scale: np.ndarray, attrs: dict[str, Any],
+                 bits: int) -> ir.Value:
+    """A DequantizeLinear of ``q``/``scale`` at the graph's start, standing for ``value``."""
+    qv = ir.Value(name=f"{value.name}_q{bits}", const_value=ir.Tensor(q, name=f"{value.name}_q{bits}"))
+    sv = ir.Value(name=f"{value.name}_scale", const_value=ir.Tensor(scale, name=f"{value.name}_scale"))
+    for v in (qv, sv):
+        model.graph.register_initializer(v)
+    dq = ir.node("DequantizeLinear", [qv, sv], attributes=attrs, name=f"{value.name}_dequantize_weight",
+                 num_outputs=1)
+    dq.outputs[0].name = f"{value.name}_dequantized"
+    dq.outputs[0].dtype, dq.outputs[0].shape = ir.DataType.FLOAT, ir.Shape(list(q.shape))
+    model.graph.insert_before(next(iter(model.graph)), dq)
+    return dq.outputs[0]
 
 
 def _int8_channels(w: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
@@ -184,30 +247,47 @@ def _int8_channels(w: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray, di
 
 
 def _int4_blocks(w: np.ndarray, block_axis: int) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
-    """Blocks of ``BLOCK`` along the input axis, symmetric int4 in [-7, 7]."""
+    """Blocks of ``BLOCK`` along the input axis, symmetric int4 in [-7, 7]. The blocks are worked
+    on ``ROWS_AT_ONCE`` at a time in float32: a 1B model's 262M-element embedding made ~10 GB of
+    float64 temporaries at once."""
     import ml_dtypes
 
     size = w.shape[block_axis]
     blocks = -(-size // BLOCK)
-    padded = np.pad(w, [(0, blocks * BLOCK - size if i == block_axis else 0) for i in range(w.ndim)])
+    padded = np.pad(w.astype(np.float32, copy=False),
+                    [(0, blocks * BLOCK - size if i == block_axis else 0) for i in range(w.ndim)])
     split = list(padded.shape)
     split[block_axis:block_axis + 1] = [blocks, BLOCK]
-    grouped = padded.reshape(split)
-    peak = np.abs(grouped).max(axis=block_axis + 1)
-    # each block's scale: the clipping of its range (of CLIPS) that rounds it with the least
-    # squared error; an outlier then costs its block less than the other 31 weights' resolution
-    best_scale = np.where(peak > 0, peak / 7.0, 1.0)
-    best_error = np.full(peak.shape, np.inf)
+    moved = np.moveaxis(padded.reshape(split), block_axis + 1, -1)  # (..., blocks, BLOCK)
+    rows = np.ascontiguousarray(moved).reshape(-1, BLOCK)
+    scale = np.empty(rows.shape[0], np.float32)
+    q = np.empty(rows.shape, np.int8)
+    for start in range(0, rows.shape[0], ROWS_AT_ONCE):
+        chunk = rows[start:start + ROWS_AT_ONCE]
+        scale[start:start + len(chunk)], q[start:start + len(chunk)] = _best_blocks(chunk)
+    q = np.moveaxis(q.reshape(moved.shape), -1, block_axis + 1).reshape(padded.shape)
+    q = q[tuple(slice(0, size) if i == block_axis else slice(None) for i in range(w.ndim))]
+    return q.astype(ml_dtypes.int4), scale.reshape(moved.shape[:-1]), {"axis": block_axis, "block_size": BLOCK}
+
+
+ROWS_AT_ONCE = 1 << 15  # blocks of 32 quantized at a time (1M weights)
+
+
+def _best_blocks(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each block's (scale, int4 values): of the clippings of its range in ``CLIPS``, the one that
+    rounds it with the least squared error; an outlier then costs its block less than the other
+    31 weights' resolution."""
+    peak = np.abs(rows).max(axis=1)
+    best_scale = np.where(peak > 0, peak / 7.0, 1.0).astype(np.float32)
+    best_error = np.full(peak.shape, np.inf, np.float32)
     for clip in CLIPS:
-        trial = np.where(peak > 0, peak * clip / 7.0, 1.0)
-        t = np.expand_dims(trial, block_axis + 1)
-        error = ((np.clip(np.round(grouped / t), -7, 7) * t - grouped) ** 2).sum(axis=block_axis + 1)
+        trial = np.where(peak > 0, peak * np.float32(clip) / 7.0, 1.0).astype(np.float32)
+        t = trial[:, None]
+        error = ((np.clip(np.round(rows / t), -7, 7) * t - rows) ** 2).sum(axis=1)
         better = error < best_error
         best_scale, best_error = np.where(better, trial, best_scale), np.where(better, error, best_error)
-    scale = best_scale.astype(np.float32)
-    q = np.clip(np.round(grouped / np.expand_dims(scale, block_axis + 1)), -7, 7)
-    q = q.reshape(padded.shape)[tuple(slice(0, size) if i == block_axis else slice(None) for i in range(w.ndim))]
-    return q.astype(np.int8).astype(ml_dtypes.int4), scale, {"axis": block_axis, "block_size": BLOCK}
+    q = np.clip(np.round(rows / best_scale[:, None]), -7, 7).astype(np.int8)
+    return best_scale, q
 
 
 def _drop_unused_initializers(model: ir.Model) -> None:
