@@ -216,7 +216,7 @@ def test_a_tied_embedding_and_its_transposed_head_are_quantized_once() -> None:
     for scheme, bits in (("w4", 4), ("w8", 8)):
         result = unframe.convert(model, to="onnx", sample_inputs=ids, quantize=scheme, validate=False)
         graph = result.model.graph
-        table = graph.initializers["head.weight_q%d" % bits]
+        table = graph.initializers[f"head.weight_q{bits}"]
         assert table.const_value.dtype == (ir.DataType.INT4 if bits == 4 else ir.DataType.INT8)
         assert "head.weight" not in graph.initializers  # no float copy left
         readers = {u.node.op_type for dq in table.uses() for u in dq.node.outputs[0].uses()}
