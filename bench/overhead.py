@@ -37,7 +37,6 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -219,18 +218,11 @@ def report(records: list[dict[str, Any]], header: str) -> str:
 
 
 def run_child(name: str, device: str, reps: int, timeout: float) -> dict[str, Any]:
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", name, "--device", device,
-           "--reps", str(reps)]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, check=False)
-    except subprocess.TimeoutExpired:
-        return {"name": name, "device": device, "family": "?", "error": f"timed out after {timeout:.0f} s"}
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
-    if proc.returncode != 0 or not lines:
-        tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1][:300]
-        return {"name": name, "device": device, "family": "?", "error": f"worker exit {proc.returncode}: {tail}"}
-    return json.loads(lines[-1])
+    record = arch_bench.run_child(name, timeout, script=Path(__file__),
+                                  extra=["--device", device, "--reps", str(reps)])
+    if "error" in record:
+        record.update(device=device, family="?")
+    return record
 
 
 def machine() -> str:

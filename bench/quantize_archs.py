@@ -25,7 +25,6 @@ import argparse
 import json
 import os
 import platform
-import subprocess
 import sys
 import tempfile
 import time
@@ -88,21 +87,8 @@ def run_model(name: str, targets: list[str], scheme: str) -> dict[str, Any]:
 
 
 def run_child(name: str, targets: list[str], scheme: str, timeout: float) -> dict[str, Any]:
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", name, "--targets", ",".join(targets),
-           "--scheme", scheme]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    started = time.perf_counter()
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, check=False)
-    except subprocess.TimeoutExpired:
-        return {"name": name, "error": f"timed out after {timeout:.0f} s", "wall_s": timeout}
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
-    if proc.returncode != 0 or not lines:
-        tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1][:300]
-        return {"name": name, "error": f"worker exit {proc.returncode}: {tail}", "wall_s": time.perf_counter() - started}
-    record = json.loads(lines[-1])
-    record["wall_s"] = time.perf_counter() - started
-    return record
+    return arch_bench.run_child(name, timeout, script=Path(__file__),
+                                extra=["--targets", ",".join(targets), "--scheme", scheme])
 
 
 def report(records: list[dict[str, Any]], targets: list[str], header: str) -> str:

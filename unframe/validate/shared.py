@@ -154,10 +154,7 @@ class SharedParity:
         return self._ref_runner
 
     def _close_reference(self) -> None:
-        if self._ref_runner is not None:
-            if self._ref_runner.pinned:
-                self._ref_runner.pin().close()
-            self._ref_runner = None
+        self._ref_runner = _closed(self._ref_runner)
 
     def run_reference(self, feed: Mapping[str, Any], cached: bool = True
                       ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
@@ -191,10 +188,7 @@ class SharedParity:
         return self._rest_runner
 
     def _close_rest(self) -> None:
-        if self._rest_runner is not None:
-            if self._rest_runner.pinned:
-                self._rest_runner.pin().close()
-            self._rest_runner = None
+        self._rest_runner = _closed(self._rest_runner)
 
     def run_candidate(self, feed: Mapping[str, Any]) -> dict[str, np.ndarray]:
         outs, bounds = self.run_reference(feed)
@@ -210,6 +204,13 @@ class SharedParity:
     def close(self) -> None:
         self._close_rest()
         self._close_reference()
+
+
+def _closed(runner: Deferred | None) -> None:
+    """Let a built runner's session go (its weights with it); None, for the attribute."""
+    if runner is not None and runner.pinned:
+        runner.pin().close()
+    return None
 
 
 class _Side(Runner):

@@ -151,16 +151,8 @@ def weight_only(model: ir.Model, bits: int, exclude: set[str]) -> tuple[ir.Model
             continue
         out_axis, in_axis = spec[1](node, weights.ndim)
         q, scale, attrs = _int4_blocks(weights, in_axis) if bits == 4 else _int8_channels(weights, out_axis)
-        qv = ir.Value(name=f"{value.name}_q{bits}", const_value=ir.Tensor(q, name=f"{value.name}_q{bits}"))
-        sv = ir.Value(name=f"{value.name}_scale", const_value=ir.Tensor(scale, name=f"{value.name}_scale"))
-        for v in (qv, sv):
-            model.graph.register_initializer(v)
-        dq = ir.node("DequantizeLinear", [qv, sv], attributes=attrs, name=f"{node.name}_dequantize_weight",
-                     num_outputs=1)
-        dq.outputs[0].name = f"{value.name}_dequantized"
-        dq.outputs[0].dtype, dq.outputs[0].shape = ir.DataType.FLOAT, ir.Shape(list(weights.shape))
-        model.graph.insert_before(node, dq)
-        node.replace_input_with(spec[0], dq.outputs[0])
+        node.replace_input_with(spec[0], _dequantized(model, value, q, scale, attrs, bits, before=node,
+                                                      name=f"{node.name}_dequantize_weight"))
         before += weights.nbytes
         after += q.size * bits // 8 + scale.nbytes
         done += 1
@@ -222,17 +214,18 @@ def _reads_as_table(node: ir.Node, index: int, exclude: set[str]) -> bool:
 
 
 def _dequantized(model: ir.Model, value: ir.Value, q: np.ndarray, scale: np.ndarray, attrs: dict[str, Any],
-                 bits: int) -> ir.Value:
-    """A DequantizeLinear of ``q``/``scale`` at the graph's start, standing for ``value``."""
+                 bits: int, before: ir.Node | None = None, name: str = "") -> ir.Value:
+    """A DequantizeLinear of ``q``/``scale`` (new initializers) standing for ``value``'s weights,
+    placed before ``before`` (default: at the graph's start); its output."""
     qv = ir.Value(name=f"{value.name}_q{bits}", const_value=ir.Tensor(q, name=f"{value.name}_q{bits}"))
     sv = ir.Value(name=f"{value.name}_scale", const_value=ir.Tensor(scale, name=f"{value.name}_scale"))
     for v in (qv, sv):
         model.graph.register_initializer(v)
-    dq = ir.node("DequantizeLinear", [qv, sv], attributes=attrs, name=f"{value.name}_dequantize_weight",
+    dq = ir.node("DequantizeLinear", [qv, sv], attributes=attrs, name=name or f"{value.name}_dequantize_weight",
                  num_outputs=1)
     dq.outputs[0].name = f"{value.name}_dequantized"
     dq.outputs[0].dtype, dq.outputs[0].shape = ir.DataType.FLOAT, ir.Shape(list(q.shape))
-    model.graph.insert_before(next(iter(model.graph)), dq)
+    model.graph.insert_before(before if before is not None else next(iter(model.graph)), dq)
     return dq.outputs[0]
 
 
