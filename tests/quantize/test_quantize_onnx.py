@@ -6,6 +6,8 @@ most in float; a target that can't hold a scheme is an exit-4 refusal naming wha
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -41,6 +43,18 @@ def test_each_scheme_keeps_accuracy_and_passes_the_guard(tmp_path, trained, cali
     assert ops & {"DequantizeLinear", "MatMulInteger", "ConvInteger", "DynamicQuantizeLinear"}, ops
     props = {p.key: p.value for p in onnx.load(out).metadata_props}
     assert props["unframe.quantize"] == scheme and scheme in props["unframe.notes"]
+    # the scheme per layer is read from the written graph: every weighted node, by its name
+    written = {n.name: n for n in onnx.load(out).graph.node}
+    assert check.layers_source == "the quantized graph" and set(check.layers) <= set(written), check.layers
+    held = {"int8": "int8 weights per channel, int8 activations", "w8": "int8 weights per channel, float activations",
+            "w4": "int4 weights in blocks of 32, float activations",
+            "int8-dynamic": "int8 weights, int8 activations quantized at run time"}[scheme]
+    assert list(check.layers.values()).count(held) >= 2, check.layers
+    # latency before and after, in onnxruntime, the float graph against the quantized one
+    lat = check.latency
+    assert lat is not None and lat.runtime.startswith("onnxruntime") and lat.runs >= 5, check.latency_note
+    assert lat.before_ms > 0 and lat.after_ms > 0 and lat.batch == 8
+    assert f"{lat.before_ms:.3g} -> {lat.after_ms:.3g} ms" in check.summary()
 
 
 def test_broken_calibration_fails_the_guard(tmp_path, trained) -> None:
@@ -143,6 +157,17 @@ def test_cli_quantizes_a_pt2_file(tmp_path, trained, calibration) -> None:
     assert run.returncode == 0, run.stderr[-2000:]
     assert "accuracy (int8): passed" in run.stdout
     assert onnx_accuracy(tmp_path / "q.onnx", trained) >= trained.float_accuracy - 0.01
+    # inspect reads the guard's record back from the file: figures, latency, scheme per layer
+    shown = subprocess.run([str(UNFRAME), "inspect", "--json", str(tmp_path / "q.onnx")],
+                           capture_output=True, text=True, timeout=300)
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    acc = json.loads(shown.stdout)["parity"]["stages"][-1]["accuracy"]
+    graph = {n.name for n in onnx.load(tmp_path / "q.onnx").graph.node if n.op_type in ("Conv", "Gemm", "MatMul")}
+    assert set(acc["layers"]) == graph and all(v.startswith("int8 weights") for v in acc["layers"].values()), acc
+    assert acc["latency"]["before_ms"] > 0 and acc["latency"]["runs"] >= 5 and acc["size"][1] < acc["size"][0]
+    table = subprocess.run([str(UNFRAME), "inspect", str(tmp_path / "q.onnx")], capture_output=True, text=True,
+                           timeout=300, env={**os.environ, "COLUMNS": "200"})
+    assert "scheme per layer (the quantized graph)" in table.stdout and "latency float -> quantized" in table.stdout
 
 
 @pytest.mark.slow

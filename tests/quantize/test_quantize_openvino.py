@@ -94,6 +94,10 @@ def test_each_scheme_keeps_accuracy_and_passes_the_guard(tmp_path, trained, cali
         assert {t for t, _ in weights.values()} == {"i4", "u8"}, weights
     assert "f32" not in {t for t, _ in weights.values()}
     assert any("NNCF" in n and scheme in n for n in result.notes), result.notes
+    # latency of the float IR against the quantized one, both compiled by OpenVINO here
+    assert check.latency is not None and check.latency.runtime.startswith("OpenVINO"), check.latency_note
+    assert check.latency.before_ms > 0 and check.latency.after_ms > 0
+    assert "openvino quantizer" in check.layers_source and len(check.layers) == 4, check.layers
 
 
 def test_excluded_nodes_stay_float_in_the_ir(tmp_path, trained, calibration) -> None:

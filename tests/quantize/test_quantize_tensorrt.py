@@ -123,6 +123,8 @@ def test_int8_engine_builds_on_cpu(tmp_path, trained) -> None:
     if isinstance(trtmodule.cuda_device(), str):  # no GPU: onnxruntime on the Q/DQ graph stood in
         assert check.predicted and "PREDICTED" in check.summary()
         assert any("prediction" in n for n in result.notes)
+        assert check.latency is None and "can't run here" in check.latency_note
+    assert check.layers_source == "the quantized graph" and len(check.layers) == 4, check.layers
 
 
 def test_int8_engine_guard_fails_on_a_broken_calibration(tmp_path, trained) -> None:

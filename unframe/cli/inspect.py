@@ -666,6 +666,48 @@ def _render_provenance(info: dict[str, Any], console: Any) -> None:
                                            _num(s.get("max_abs")), _num(s.get("max_rel")),
                                            str(s.get("cases", "")))))
         console.print(t)
+        for s in parity.get("stages") or []:
+            if isinstance(s.get("accuracy"), dict):
+                _render_quantization(s["accuracy"], console)
+
+
+SHOWN_LAYERS = 40  # rows of the per-layer table; --json lists every layer
+
+
+def _render_quantization(acc: Mapping[str, Any], console: Any) -> None:
+    """The accuracy guard's record of a quantized artifact: figures, size, latency, and the
+    scheme each weighted layer holds."""
+    t = _table(f"quantization ({acc.get('scheme', '?')})", "measure", "value")
+    size, latency = acc.get("size"), acc.get("latency")
+    cosine = acc.get("cosine")
+    ppl = acc.get("perplexity")
+    rows = [("thresholds", acc.get("thresholds")), ("top-1 agreement", _share(acc.get("top1"))),
+            ("cosine (lowest)", f"{min(cosine.values()):.5f}" if isinstance(cosine, dict) and cosine else None),
+            ("greedy tokens identical", _share(acc.get("tokens"))),
+            ("perplexity float -> quantized", f"{ppl[0]:.4g} -> {ppl[1]:.4g}" if isinstance(ppl, list) and len(ppl) == 2 else None),
+            ("calibrated on", acc.get("calibration")), ("kept in float", ", ".join(acc.get("kept_float") or []) or None),
+            ("size (bytes float -> quantized)",
+             f"{size[0]} -> {size[1]} ({size[1] / max(size[0], 1):.2f}x)" if isinstance(size, list) and len(size) == 2 else None),
+            ("latency float -> quantized",
+             f"{latency['before_ms']:.3g} -> {latency['after_ms']:.3g} ms ({latency['ratio']:.2f}x; {latency['runtime']}, "
+             f"median of {latency['runs']})" if isinstance(latency, dict) else acc.get("latency_note") or None),
+            ("judged by", acc.get("predicted") or None)]
+    for name, value in rows:
+        if value not in (None, "", []):
+            t.add_row(_text(name), _text(_num(value) if isinstance(value, float) else value))
+    console.print(t)
+    layers = acc.get("layers")
+    if isinstance(layers, dict) and layers:
+        t = _table(f"scheme per layer ({acc.get('layers_source') or '?'})", "layer", "scheme")
+        for name, scheme in list(layers.items())[:SHOWN_LAYERS]:
+            t.add_row(_text(name), _text(scheme))
+        if len(layers) > SHOWN_LAYERS:
+            t.add_row(_text(f"+{len(layers) - SHOWN_LAYERS} more"), _text("--json lists every layer"))
+        console.print(t)
+
+
+def _share(v: Any) -> str | None:
+    return f"{v:.1%}" if isinstance(v, (int, float)) else None
 
 
 def _table(title: str, *columns: str) -> Any:

@@ -293,6 +293,9 @@ class Backend(_Component):
     # ``exclude`` names in float (the sensitivity pass then has something to retry with)
     quantize_schemes: tuple[str, ...] = ()
     quantize_excludes: bool = False
+    # Why this machine's runs of the artifact say nothing about its speed ("" = they do): the
+    # accuracy guard then reports no latency before and after quantization
+    latency_note: str = ""
 
     @property
     def kind_name(self) -> str:

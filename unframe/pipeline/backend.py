@@ -54,6 +54,18 @@ class BackendStage(Stage):
         if flow.validate and (be.changes_compute(tgt) or tgt.get("quantize")):
             offer_runner(flow, be, tgt)
 
+    def float_runner(self, flow: Flow) -> Runner:
+        """The artifact built again without ``--quantize`` (same target otherwise), in a folder
+        of its own, and its runner: the float side of the accuracy guard's latency."""
+        be, tgt = self.backend, unquantized(self.target)
+        near = self.output.parent if self.output is not None else None
+        folder = flow.work_dir(near) / "float-for-latency"
+        folder.mkdir(exist_ok=True)
+        return be.runner(self._build(flow, tgt, folder), tgt)
+
+    def _build(self, flow: Flow, target: Target, folder: Path) -> Any:
+        return self.backend.convert(flow.model, target, folder)
+
     def locate_plan(self, flow: Flow, tolerance: float, candidate: Runner | None = None) -> Any:
         from unframe.locate import LocatePlan
         from unframe.locate.locator import backend_reproducer
@@ -166,6 +178,10 @@ def offer_runner(flow: Flow, be: Backend, target: Target) -> None:
         flow.candidate = be.runner(flow.artifact, target)
     except RunnerUnavailable as why:
         flow.candidate = Unavailable(be.name, str(why))
+
+
+def unquantized(target: Target) -> Target:
+    return Target(target.name, target.opset, {k: v for k, v in target.options.items() if k != "quantize"})
 
 
 def wanted_quant(flow: Flow) -> bool:

@@ -70,6 +70,9 @@ class DirectStage(BackendStage):
         if flow.validate:
             offer_runner(flow, be, tgt)
 
+    def _build(self, flow: Flow, target: Target, folder: Path) -> Any:
+        return convert_direct(self.backend, self.frontend, prepared_for(flow), target, folder)[0]
+
     def locate_plan(self, flow: Flow, tolerance: float, candidate: Runner | None = None) -> Any:
         return None  # no graph both sides share: the parity failure names the outputs
 

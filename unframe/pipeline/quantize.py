@@ -124,6 +124,11 @@ class AccuracyStage(Stage):
         check.rounds = rounds
         check.predicted = "onnxruntime on the Q/DQ graph" if predicted else ""
         check.size = _sizes(flow)
+        check.layers, check.layers_source = _layers(flow, request, self.checks.backend.name)
+        if predicted:
+            check.latency_note = "the artifact can't run here"
+        elif check:
+            check.latency, check.latency_note = _latency(flow, self.checks, candidate, held_out[0])
         flow.report.add(check)
         if not check:
             raise ParityError(f"the quantized artifact fails the accuracy guard ({check.reason})"
@@ -202,6 +207,49 @@ def _rank(model: Any, request: Any, feeds: list[dict[str, Any]]) -> list[str]:
     # the ranking quantizes in onnxruntime: static int8 for any calibrated scheme
     proxy = replace(request, scheme=SCHEMES["int8"] if request.scheme.calibrated else request.scheme)
     return rank_layers(model, proxy, feeds)
+
+
+def _layers(flow: Flow, request: Any, backend: str) -> tuple[dict[str, str], str]:
+    """Each weighted layer's scheme: as the quantized ONNX graph holds it where the artifact is
+    one (or was built from one), else as asked of the backend's quantizer."""
+    import onnx_ir as ir
+
+    from unframe.passes.quantize import layers
+
+    artifact = flow.artifact
+    graph = artifact.model if artifact is not None and isinstance(artifact.model, ir.Model) else (
+        artifact.metadata.get("qdq_model") if artifact is not None else None)
+    if isinstance(graph, ir.Model):
+        return layers.from_graph(graph, request.exclude), "the quantized graph"
+    if flow.model is not None:
+        return (layers.planned(flow.model, request.scheme, request.exclude),
+                f"as asked of the {backend} quantizer, which may leave small layers in float")
+    return {}, ""
+
+
+def _latency(flow: Flow, stage: Any, candidate: Any, feed: dict[str, Any]) -> tuple[Any, str]:
+    """The float artifact (built again, same target without --quantize) against the quantized
+    one, in the same runtime, alternating (``validate.latency``); or why not. A failure to time
+    is a note, never the conversion's failure."""
+    from unframe.validate.latency import paired
+
+    why = stage.backend.latency_note
+    if why:
+        return None, why
+    float_runner = None
+    try:
+        float_runner = in_parity_time(flow, "building the float artifact to time against",
+                                      lambda: stage.float_runner(flow))
+        if float_runner is None:
+            return None, "the float artifact took past the parity time limit"
+        timed = in_parity_time(flow, "timing the float and the quantized artifact",
+                               lambda: paired(float_runner, candidate, feed))
+        return timed, "" if timed is not None else "past the parity time limit"
+    except Exception as exc:  # noqa: BLE001 - a figure left out, said why; the artifact stands
+        return None, f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
+    finally:
+        if float_runner is not None:
+            float_runner.close()
 
 
 def _sizes(flow: Flow) -> tuple[int, int] | None:

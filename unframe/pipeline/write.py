@@ -102,5 +102,6 @@ def parity_summary(report: ParityReport) -> dict[str, Any]:
     return {"passed": bool(report), "stages": [
         {"stage": s.stage, "status": s.status, "reference": s.reference, "candidate": s.candidate,
          "max_abs": s.max_abs, "max_rel": s.max_rel, "scale": s.scale, "cases": s.cases,
-         "reason": s.reason, **({"generation": s.generation.summary()} if s.generation else {})}
+         "reason": s.reason, **({"generation": s.generation.summary()} if s.generation else {}),
+         **({"accuracy": s.details()} if hasattr(s, "details") else {})}
         for s in report.stages]}

@@ -45,6 +45,22 @@ class AccuracyCheck(StageParity):
     predicted: str = ""  # the artifact couldn't run here: what stood in for it (onnxruntime on its Q/DQ graph)
     tokens: float | None = None  # decoders: share of the greedy tokens identical from the start
     perplexity: tuple[float, float] | None = None  # decoders: float, quantized
+    layers: dict[str, str] = field(default_factory=dict)  # weighted layer -> its scheme (passes/quantize/layers.py)
+    layers_source: str = ""  # "the quantized graph" or the plan handed to a vendor's quantizer
+    latency: Any = None  # validate.latency.Latency: the float and the quantized artifact, same runtime
+    latency_note: str = ""  # why latency wasn't measured
+
+    def details(self) -> dict[str, Any]:
+        """What provenance keeps of the guard (``inspect`` shows it)."""
+        from unframe.passes.quantize.layers import LIMIT
+
+        return {"scheme": self.scheme, "thresholds": self.thresholds, "top1": self.top1,
+                "cosine": self.cosine, "tokens": self.tokens, "perplexity": self.perplexity,
+                "calibration": self.calibration, "kept_float": self.kept_float,
+                "size": list(self.size) if self.size else None, "predicted": self.predicted,
+                "layers_source": self.layers_source, "layers": dict(list(self.layers.items())[:LIMIT]),
+                "latency": self.latency.as_dict() if self.latency is not None else None,
+                "latency_note": self.latency_note}
 
     def summary(self) -> str:
         parts = [f"{self.stage} ({self.scheme}): " + ("FAILED" if self.status == FAILED else "passed")
@@ -66,6 +82,14 @@ class AccuracyCheck(StageParity):
             parts.append(f"{len(self.kept_float)} layer(s) kept in float ({shown})")
         if self.size:
             parts.append(f"size {self.size[1] / max(self.size[0], 1):.2f}x the float artifact")
+        if self.layers:
+            from unframe.passes.quantize.layers import counts
+
+            parts.append(f"layers ({self.layers_source}): {counts(self.layers)}")
+        if self.latency is not None:
+            parts.append(self.latency.describe())
+        elif self.latency_note:
+            parts.append(f"latency not measured: {self.latency_note}")
         if self.predicted:
             parts.append(f"PREDICTED by {self.predicted} (the artifact itself was not run)")
         if self.status == FAILED and self.reason:

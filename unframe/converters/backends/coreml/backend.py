@@ -68,6 +68,7 @@ class CoreMLBackend(Backend):
     # by running the model with Core ML, which is macOS-only
     quantize_schemes = ("w8", "w4")
     quantize_excludes = True
+    latency_note = "Core ML runs on Apple devices only; the MIL evaluator's time here says nothing about it"
 
     def distributions(self) -> tuple[str, ...]:
         return ("coremltools",)
