@@ -2,8 +2,8 @@
 digits: w8 and w4 keep the package's test accuracy (run by unframe's MIL evaluator, through the
 backend's runner) within a point of the float model and pass the accuracy guard; the program
 holds the dequantizing constexprs; w4 raises a default target to iOS18 and refuses a lower one
-the user gave; excluded ONNX nodes keep float weights; int8 (activations) is refused: calibrating
-needs Core ML's predict, macOS only."""
+the user gave; excluded ONNX nodes keep float weights; int8 holds its activations as MIL
+quantize/dequantize pairs (iOS17), calibrated by onnxruntime, and a broken calibration fails it."""
 
 from __future__ import annotations
 
@@ -103,8 +103,59 @@ def test_excluded_nodes_keep_float_weights(tmp_path, trained) -> None:
     assert all(s in QUANTIZED for op, s in written[(second,)] if op == "linear"), written
 
 
-def test_int8_activations_are_refused_naming_what_it_holds(tmp_path, trained) -> None:
+def program_ops(path: Path) -> dict[str, int]:
+    """Op counts of the written package's main function (its protobuf, as Core ML reads it)."""
+    import coremltools as ct
+
+    spec = ct.utils.load_spec(str(path))
+    main = spec.mlProgram.functions["main"]
+    block = main.block_specializations[main.opset]
+    counts: dict[str, int] = {}
+    for op in block.operations:
+        counts[op.type] = counts.get(op.type, 0) + 1
+    return counts
+
+
+def test_int8_quantizes_activations_and_weights(tmp_path, trained, calibration) -> None:
+    out = tmp_path / "digits_int8.mlpackage"
+    result = unframe.convert(trained.model, to="coreml", sample_inputs=torch.tensor(trained.train[:8]),
+                             quantize="int8", calibration=calibration, output=out)
+    check = result.report.stages[-1]
+    assert check.stage == "accuracy" and check.status == "passed", check.summary()
+    assert check.top1 is not None and check.top1 >= 0.98
+    ops = program_ops(out)
+    # each layer's input activation quantized to int8 and back, as Core ML's int8 compute reads it;
+    # the float-math form of QuantizeLinear (floor, mod, select) is not used
+    assert ops.get("quantize", 0) >= 4 and ops.get("dequantize", 0) >= 4, ops
+    assert "floor" not in ops and ops.get("constexpr_affine_dequantize", 0) == 3, ops
+    import coremltools as ct
+
+    assert ct.utils.load_spec(str(out)).specificationVersion >= 8  # iOS17
+    assert any("iOS17" in n for n in result.notes), result.notes
+    accuracy = package_accuracy(out, trained)
+    assert accuracy >= trained.float_accuracy - 0.01, (accuracy, trained.float_accuracy)
+    assert check.size[1] <= 0.3 * check.size[0]
+
+
+def test_int8_refuses_a_target_below_ios17(tmp_path, trained) -> None:
+    out = tmp_path / "q.mlpackage"
     with pytest.raises(UnsupportedError) as err:
         unframe.convert(trained.model, to="coreml", sample_inputs=torch.tensor(trained.train[:8]),
-                        quantize="int8", output=tmp_path / "q.mlpackage")
-    assert err.value.exit_code == 4 and "w8" in err.value.hint
+                        quantize="int8", target="iOS16", output=out)
+    assert err.value.exit_code == 4 and "--target iOS17" in err.value.hint
+    assert not out.exists()
+
+
+def test_int8_broken_calibration_fails_the_guard(tmp_path, trained) -> None:
+    """Ranges calibrated on inputs a thousand times too large: the package's int8 activations
+    leave the real inputs a handful of levels; the guard (run by the MIL evaluator) fails."""
+    from unframe.errors import ParityError
+
+    sets = [{"input": trained.train[i:i + 8] * 1000.0} for i in range(0, 240, 8)]
+    held = [{"input": trained.test[i:i + 8]} for i in range(0, 64, 8)]
+    out = tmp_path / "broken.mlpackage"
+    with pytest.raises(ParityError) as err:
+        unframe.convert(trained.model, to="coreml", sample_inputs=torch.tensor(trained.train[:8]),
+                        quantize="int8", calibration=sets + held, output=out)
+    assert err.value.exit_code == 5 and "accuracy guard" in err.value.message
+    assert not out.exists()

@@ -64,9 +64,10 @@ class CoreMLBackend(Backend):
     tensor_only = True  # no ai.onnx.ml ops, no strings: the route lowers them first
     option_names = ("target", "precision", "static", "dims", "enumerated", "image_input", "scale",
                     "bias", "color_layout", "class_labels", "sample_shapes", "stateful", "max_context")
-    # coremltools.optimize's weight quantization (quantize.py); int8 activations are calibrated
-    # by running the model with Core ML, which is macOS-only
-    quantize_schemes = ("w8", "w4")
+    # coremltools.optimize's weight quantization (quantize.py); int8 activations as MIL
+    # quantize/dequantize pairs (iOS17), their ranges calibrated by onnxruntime on the float graph
+    # (coremltools' own activation calibration runs the model with Core ML: macOS only)
+    quantize_schemes = ("int8", "w8", "w4")
     quantize_excludes = True
     latency_note = "Core ML runs on Apple devices only; the MIL evaluator's time here says nothing about it"
 
@@ -128,8 +129,15 @@ class CoreMLBackend(Backend):
         self.ensure_available()
         _check_memory(model)
         raised = _quantize_target(target)
+        request = target.get("quantize")
+        source = model
+        if request is not None and request.scheme.calibrated:  # int8: Q/DQ on the activations first
+            from unframe.converters.backends.coreml.quantize import activation_qdq
+
+            model, said = activation_qdq(model, request)
+            raised.extend(said)
         translation = self._translation(model, target)
-        blockers = translation.blockers + _option_blockers(model, target)
+        blockers = translation.blockers + _option_blockers(source, target)
         if blockers:
             raise UnsupportedError(f"the model can't be converted to CoreML ({len(blockers)} blockers)",
                                    "run `unframe check --to coreml` for the list", blockers=blockers)
@@ -139,8 +147,8 @@ class CoreMLBackend(Backend):
         names = name_map.mapping
         notes = list(translation.notes) + raised
         sizes = None
-        if target.get("quantize") is not None:
-            mlmodel, sizes = _quantize(mlmodel, model, translation, target.get("quantize"), notes)
+        if request is not None:
+            mlmodel, sizes = _quantize(mlmodel, model, translation, request, notes)
         kind = "mlpackage"
         path = Path(workdir) / "model.mlpackage"
         mlmodel.save(str(path))
@@ -287,21 +295,24 @@ def without_full_collection() -> Iterator[None]:
 
 
 def _quantize_target(target: Target) -> list[str]:
-    """w4 needs iOS18 (int4): a package whose target unframe chose is built for iOS18 (a note
-    says so); a lower ``--target`` the user gave is refused, naming the one that holds it."""
-    from unframe.converters.backends.coreml.quantize import W4_IOS
+    """w4 needs iOS18 (int4), int8 iOS17 (MIL's quantize/dequantize of activations): a package
+    whose target unframe chose is built for that generation (a note says so); a lower
+    ``--target`` the user gave is refused, naming the one that holds it."""
+    from unframe.converters.backends.coreml.quantize import SCHEME_IOS
     from unframe.converters.backends.coreml.translate import DEFAULT_TARGET
 
     request = target.get("quantize")
-    if request is None or request.scheme.name != "w4" or _ios(target) >= W4_IOS:
+    needed, what = SCHEME_IOS.get(request.scheme.name, (0, "")) if request is not None else (0, "")
+    if _ios(target) >= needed:
         return []
+    name = request.scheme.name
     if target.get("target"):
-        why = f"int4 weights (--quantize w4) exist from iOS{W4_IOS}; --target {target.get('target')} has none"
-        raise UnsupportedError(f"CoreML can't hold --quantize w4 at --target {target.get('target')}",
-                               f"use --target iOS{W4_IOS}, or --quantize w8",
-                               blockers=[Blocker("*", why, hint=f"use --target iOS{W4_IOS}")])
-    target.options["target"] = f"iOS{W4_IOS}"
-    return [f"deployment target iOS{W4_IOS}: int4 weights (--quantize w4) exist from iOS{W4_IOS} "
+        why = f"{what} (--quantize {name}) exist from iOS{needed}; --target {target.get('target')} has none"
+        raise UnsupportedError(f"CoreML can't hold --quantize {name} at --target {target.get('target')}",
+                               f"use --target iOS{needed}, or --quantize w8",
+                               blockers=[Blocker("*", why, hint=f"use --target iOS{needed}")])
+    target.options["target"] = f"iOS{needed}"
+    return [f"deployment target iOS{needed}: {what} (--quantize {name}) exist from iOS{needed} "
             f"(the default is {DEFAULT_TARGET}; --quantize w8 holds on it)"]
 
 
@@ -316,7 +327,8 @@ def _quantize(mlmodel: Any, model: ir.Model, translation: Translation, request: 
         notes.append(f"quantize: no MIL op found for the ONNX node(s) {', '.join(missing)}: they "
                      "could not be kept in float")
     before = float32_bytes(program)
-    quantized, said = quantize_mlmodel(mlmodel, request.scheme.name, excluded)
+    # int8: the activations are already quantize/dequantize pairs; the weights are coremltools' w8
+    quantized, said = quantize_mlmodel(mlmodel, "w8" if request.scheme.calibrated else request.scheme.name, excluded)
     notes.extend(said)
     return quantized, before
 

@@ -7,8 +7,13 @@
   ``--target`` given by the user is refused with a blocker naming ``--target iOS18``. A weight
   whose input axis is not a multiple of 32 is left as it was (coremltools skips it; the notes
   count the weights quantized).
-- ``int8`` (activations too) is not offered: ``linear_quantize_activations`` calibrates by
-  running the model with Core ML's ``predict``, which exists on macOS only.
+- ``int8`` (activations too, iOS17+): coremltools' ``linear_quantize_activations`` calibrates by
+  running the model with Core ML's ``predict``, which exists on macOS only. So the activation
+  ranges are calibrated on the float ONNX graph by onnxruntime's ``quantize_static`` (the ONNX
+  route's int8, ``activation_qdq``), each activation's Q/DQ pair becomes MIL's ``quantize`` ->
+  ``dequantize`` (``ops/quant.py``; the form coremltools' own activation quantization writes),
+  and the weights are then quantized as ``w8``. Without ``--target`` the package is built for
+  iOS17; a lower one is refused.
 
 Weights under 256 elements (biases, tiny layers) stay float, as on the ONNX route. Layers kept in
 float (``QuantRequest.exclude``, ONNX node names) are found through the translation's name map
@@ -32,6 +37,8 @@ from unframe.converters.backends.coreml.runner import RENAME_SUFFIXES
 BLOCK = 32
 MIN_ELEMENTS = 256
 W4_IOS = 18
+# scheme -> (the first iOS that holds it, what it needs)
+SCHEME_IOS = {"w4": (W4_IOS, "int4 weights"), "int8": (17, "int8 activations (MIL quantize/dequantize)")}
 WEIGHTED_MIL = ("conv", "conv_transpose", "linear", "matmul")
 
 
@@ -75,6 +82,18 @@ def mil_ops_of(program: Any, values: Mapping[str, str], model: Any, exclude: Seq
 
 def _same_var(name: str, mil: str) -> bool:
     return name == mil or any(name == mil + suffix for suffix in RENAME_SUFFIXES)
+
+
+def activation_qdq(model: Any, request: Any) -> tuple[Any, list[str]]:
+    """The float graph with calibrated Q/DQ pairs on its activations (and its weights, which
+    fold back to float in the translation and are quantized again by coremltools): onnxruntime's
+    static quantizer on the calibration sets, the layers ``request.exclude`` names left float."""
+    from unframe.passes.quantize.onnx_quant import quantize_onnx
+
+    quantized, notes = quantize_onnx(model, request)
+    pairs = sum(1 for n in quantized.graph if n.op_type == "QuantizeLinear")
+    return quantized, [f"int8 activations: {pairs} quantize/dequantize pair(s), ranges calibrated by "
+                       f"onnxruntime on {request.origin}", *notes]
 
 
 def quantize_mlmodel(mlmodel: Any, scheme: str, excluded: Sequence[str] = ()) -> tuple[Any, list[str]]:
@@ -139,4 +158,4 @@ def quiet_coremltools() -> Iterator[None]:
         logger.setLevel(level)
 
 
-__all__ = ["BLOCK", "W4_IOS", "float32_bytes", "mil_ops_of", "quantize_mlmodel", "quantizer_config"]
+__all__ = ["BLOCK", "SCHEME_IOS", "W4_IOS", "activation_qdq", "float32_bytes", "mil_ops_of", "quantize_mlmodel", "quantizer_config"]
