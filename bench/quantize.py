@@ -1,5 +1,5 @@
 """Quantized artifacts against the float ones (issue 38): size, batch-1 latency on this CPU
-(median of 30 runs after 5 warm-ups, each side in the same runtime), conversion time and the
+(median of 30 alternating runs after 2 warm-ups, each side in the same runtime: unframe.validate.latency), conversion time and the
 accuracy guard's figures, per model, scheme and target.
 
 Models: the CNN trained on scikit-learn's digits (tests/quantize/quant_models.py; calibrated on
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import platform
-import statistics
 import sys
 import tempfile
 import time
@@ -54,20 +53,6 @@ def vision(name: str) -> tuple[Any, Any, Any, Any]:
 
 
 MODELS = {"digits": digits, "resnet18": lambda: vision("resnet18"), "mobilenet_v2": lambda: vision("mobilenet_v2")}
-
-
-def paired_latency(first: Any, second: Any, runs: int = 30, warmup: int = 5) -> tuple[float, float]:
-    """Median milliseconds of each, their runs alternating (a shared machine's load drifts: each
-    pair sees the same)."""
-    for _ in range(warmup):
-        first(), second()
-    times: tuple[list[float], list[float]] = ([], [])
-    for _ in range(runs):
-        for fn, out in ((first, times[0]), (second, times[1])):
-            started = time.perf_counter()
-            fn()
-            out.append(time.perf_counter() - started)
-    return statistics.median(times[0]) * 1e3, statistics.median(times[1]) * 1e3
 
 
 def artifact_runner(result: Any) -> Any:
@@ -118,7 +103,10 @@ def row(name: str, target: str, scheme: str, model: Any, sample: Any, calib: Any
         out["float_ms"] = out["quant_ms"] = None
         out["latency_note"] = str(why)
     else:
-        out["float_ms"], out["quant_ms"] = paired_latency(lambda: f_run.run(feed), lambda: q_run.run(feed))
+        from unframe.validate.latency import paired  # what the accuracy guard reports, given 30 runs
+
+        timed = paired(f_run, q_run, feed, runs=30, budget_s=float("inf"))
+        out["float_ms"], out["quant_ms"] = timed.before_ms, timed.after_ms
     if trained is not None and target == "onnx":
         from quant_models import onnx_accuracy
 
@@ -269,7 +257,7 @@ def main() -> None:
                 f" run on {time.strftime('%Y-%m-%d')} on a 2-core x86-64 CPU box without a GPU "
                 f"({platform.processor() or platform.machine()}), onnxruntime {onnxruntime.__version__}, one "
                 "thread pool per runtime at its defaults. Latency: batch 1 (the digits CNN at the samples' batch of 8), "
-                "median of 30 after 5 warm-ups, float and quantized artifacts in the same runtime, their runs alternating.\n\n")
+                "median of 30 after 2 warm-ups each (unframe.validate.latency.paired), float and quantized artifacts in the same runtime, their runs alternating.\n\n")
         args.out.write_text(head + text + "\n")
 
 
