@@ -276,8 +276,8 @@ def _bare_torch(model: Any, samples: Any, arch: Any, folder: Path, record: dict[
     extra: dict[str, Any] = {}
     if dynamo:  # a batch axis free to vary, as unframe exports it
         batch = {0: torch.export.Dim.AUTO}
-        extra["dynamic_shapes"] = ({k: batch for k in kwargs} if kwargs
-                                   else tuple(batch if isinstance(a, torch.Tensor) else None for a in args))
+        extra["dynamic_shapes"] = ({k: batch if isinstance(v, torch.Tensor) else None for k, v in kwargs.items()}
+                                   if kwargs else tuple(batch if isinstance(a, torch.Tensor) else None for a in args))
     # attention traced with the math kernel, as unframe traces it: without it dynamo can't export
     # BEiT, Swin or T5 at all (``export.math_attention``), and the anchor would be a failure
     with torch.no_grad(), sdpa_kernel([SDPBackend.MATH]):
