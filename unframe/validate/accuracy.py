@@ -21,6 +21,7 @@ constant) can't be judged by cosine: the output is named weak.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -52,13 +53,11 @@ class AccuracyCheck(StageParity):
 
     def details(self) -> dict[str, Any]:
         """What provenance keeps of the guard (``inspect`` shows it)."""
-        from unframe.passes.quantize.layers import LIMIT
-
         return {"scheme": self.scheme, "thresholds": self.thresholds, "top1": self.top1,
                 "cosine": self.cosine, "tokens": self.tokens, "perplexity": self.perplexity,
                 "calibration": self.calibration, "kept_float": self.kept_float,
                 "size": list(self.size) if self.size else None, "predicted": self.predicted,
-                "layers_source": self.layers_source, "layers": dict(list(self.layers.items())[:LIMIT]),
+                "layers_source": self.layers_source, "layers": dict(list(self.layers.items())[:LAYERS_KEPT]),
                 "latency": self.latency.as_dict() if self.latency is not None else None,
                 "latency_note": self.latency_note}
 
@@ -83,9 +82,7 @@ class AccuracyCheck(StageParity):
         if self.size:
             parts.append(f"size {self.size[1] / max(self.size[0], 1):.2f}x the float artifact")
         if self.layers:
-            from unframe.passes.quantize.layers import counts
-
-            parts.append(f"layers ({self.layers_source}): {counts(self.layers)}")
+            parts.append(f"layers ({self.layers_source}): {scheme_counts(self.layers)}")
         if self.latency is not None:
             parts.append(self.latency.describe())
         elif self.latency_note:
@@ -97,6 +94,14 @@ class AccuracyCheck(StageParity):
         if self.weak:
             parts.append("WEAK: " + "; ".join(self.weak))
         return ", ".join(parts)
+
+
+LAYERS_KEPT = 2000  # layers listed in provenance; past it the summary's counts stand for the rest
+
+
+def scheme_counts(layers: Mapping[str, str]) -> str:
+    """``"20 int8 ..., 2 float (kept ...)"``: the schemes by how many layers hold each."""
+    return ", ".join(f"{n} {s}" for s, n in Counter(layers.values()).most_common())
 
 
 def guard(reference: Runner, candidate: Runner, feeds: Sequence[Mapping[str, np.ndarray]],

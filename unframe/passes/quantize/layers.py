@@ -12,7 +12,6 @@ sensitivity pass and ``QuantRequest.exclude`` use.
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import Any
 
 import onnx_ir as ir
@@ -21,7 +20,6 @@ FLOAT = "float"
 KEPT = "float (kept by the sensitivity pass)"
 SMALL = "float (weight under 256 values)"
 NOT_CONSTANT = "float (weight computed at run time)"
-LIMIT = 2000  # layers listed in provenance; past it the counts stand for the rest
 
 
 def from_graph(quantized: ir.Model, exclude: tuple[str, ...] = ()) -> dict[str, str]:
@@ -54,11 +52,6 @@ def planned(float_model: ir.Model, scheme: Any, exclude: tuple[str, ...] = ()) -
     kept = set(exclude)
     return {node.name or f"{node.op_type}_{i}": KEPT if (node.name or f"{node.op_type}_{i}") in kept else scheme.about
             for i, node in enumerate(float_model.graph) if node.op_type in WEIGHTED}
-
-
-def counts(layers: dict[str, str]) -> str:
-    """``"20 int8 ..., 2 float (kept ...)"``: the schemes by how many layers hold each."""
-    return ", ".join(f"{n} {s}" for s, n in Counter(layers.values()).most_common())
 
 
 def _weight_scheme(weight: ir.Value | None, activation: ir.Value | None, name: str,
