@@ -69,6 +69,8 @@ def test_broken_calibration_fails_the_guard(tmp_path, trained) -> None:
     assert err.value.exit_code == 5 and "accuracy guard" in err.value.message
     check = err.value.report.stages[-1]
     assert check.stage == "accuracy" and check.status == "failed"
+    # the sensitivity pass tried and the message says how far it went
+    assert check.rounds > 1 and f"keeping {len(check.kept_float)} layer(s) in float" in err.value.message
     assert not out.exists()
 
 

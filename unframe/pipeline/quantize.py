@@ -131,8 +131,10 @@ class AccuracyStage(Stage):
             check.latency, check.latency_note = _latency(flow, self.checks, candidate, held_out[0])
         flow.report.add(check)
         if not check:
+            kept = (f"; still after {rounds} conversions keeping {len(request.exclude)} layer(s) in float "
+                    "(the sensitivity pass)") if rounds > 1 else ""
             raise ParityError(f"the quantized artifact fails the accuracy guard ({check.reason})"
-                              + (f"; {skipped}" if skipped else ""),
+                              + kept + (f"; {skipped}" if skipped else ""),
                               "nothing was written; calibrate on real inputs (--calibration), relax "
                               "--accuracy, or use a milder scheme (w8, int8-dynamic)", report=flow.report)
         flow.notes.append(f"quantize: {request.describe()}")
