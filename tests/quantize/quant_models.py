@@ -102,3 +102,22 @@ def char_decoder(seed: int = 0, steps: int = 200, width: int = 64) -> Decoder:
     model.eval()
     windows = np.stack([held[s:s + 48] for s in range(0, len(held) - 48, 48)])
     return Decoder(model, windows)
+
+
+def broken_calibration_error(trained: Trained, to: str, out: Any, **options: Any) -> Any:
+    """int8 to ``to`` with activation ranges calibrated on inputs a thousand times too large, the
+    held-out sets real digits: the real inputs fall into a handful of levels and the guard must
+    fail (exit 5); the ParityError, for the caller's own checks."""
+    import pytest
+    import torch
+
+    import unframe
+    from unframe.errors import ParityError
+
+    sets = [{"input": trained.train[i:i + 8] * 1000.0} for i in range(0, 240, 8)]
+    held = [{"input": trained.test[i:i + 8]} for i in range(0, 64, 8)]
+    with pytest.raises(ParityError) as err:
+        unframe.convert(trained.model, to=to, sample_inputs=torch.tensor(trained.train[:8]),
+                        quantize="int8", calibration=sets + held, output=out, **options)
+    assert err.value.exit_code == 5 and "accuracy guard" in err.value.message
+    return err.value
