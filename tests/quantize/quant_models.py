@@ -121,3 +121,96 @@ def broken_calibration_error(trained: Trained, to: str, out: Any, **options: Any
                         quantize="int8", calibration=sets + held, output=out, **options)
     assert err.value.exit_code == 5 and "accuracy guard" in err.value.message
     return err.value
+
+
+@dataclass
+class Detector:
+    model: Any
+    train: np.ndarray  # [n, 1, 32, 32] canvases
+    test: np.ndarray
+    test_cells: np.ndarray  # [n, 16]: 0 background, else the digit + 1, per 8x8 cell
+
+
+def digits_detector(seed: int = 0, steps: int = 500) -> Detector:
+    """A tiny single-shot detector trained on scikit-learn's digits: 32x32 canvases of 4x4 cells,
+    two digits each in random cells; per cell a class (background or a digit) and a box. It
+    answers like torchvision's detectors: ``boxes`` [4, 4] (xyxy, pixels), ``scores`` [4] in
+    descending order, ``labels`` [4] (int64): its four best cells, a digit's box where it found
+    one. One canvas per call (batch 1)."""
+    import torch
+    from sklearn.datasets import load_digits
+
+    images, labels = load_digits(return_X_y=True)
+    digits = (images / 16.0).astype(np.float32).reshape(-1, 8, 8)
+    rng = np.random.default_rng(seed)
+
+    def canvases(pool: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
+        x = np.zeros((count, 1, 32, 32), np.float32)
+        cells = np.zeros((count, 16), np.int64)
+        for k in range(count):
+            for cell in rng.choice(16, 2, replace=False):
+                i = int(rng.choice(pool))
+                r, c = divmod(int(cell), 4)
+                x[k, 0, 8 * r:8 * r + 8, 8 * c:8 * c + 8] = digits[i]
+                cells[k, cell] = labels[i] + 1
+        return x, cells
+
+    grid = np.array([[8 * c, 8 * r, 8 * c + 8, 8 * r + 8] for r in range(4) for c in range(4)], np.float32)
+
+    class TinyDetector(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            conv = torch.nn.Conv2d
+            self.body = torch.nn.Sequential(
+                conv(1, 16, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+                conv(16, 32, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+                conv(32, 32, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2))
+            self.cls = conv(32, 11, 1)
+            self.box = conv(32, 4, 1)
+            self.register_buffer("grid", torch.tensor(grid))
+
+        def heads(self, x: Any) -> tuple[Any, Any]:
+            f = self.body(x)
+            return self.cls(f).flatten(2).transpose(1, 2), self.box(f).flatten(2).transpose(1, 2)
+
+        def forward(self, x: Any) -> tuple[Any, Any, Any]:
+            logits, offsets = self.heads(x)
+            probs = torch.softmax(logits[0], -1)[:, 1:]
+            score, label = probs.max(-1)
+            top, idx = torch.topk(score, 4)
+            boxes = self.grid[idx] + 8.0 * offsets[0][idx]
+            return boxes, top, label[idx] + 1
+
+    torch.manual_seed(seed)
+    model = TinyDetector()
+    pool = np.arange(1400)
+    x, cells = canvases(pool, 2000)
+    xt, ct = torch.tensor(x), torch.tensor(cells)
+    opt = torch.optim.Adam(model.parameters(), 3e-3)
+    for step in range(steps):
+        i = (step * 64) % 1936
+        opt.zero_grad()
+        logits, offsets = model.heads(xt[i:i + 64])
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, 11), ct[i:i + 64].reshape(-1))
+        (loss + (offsets ** 2).mean()).backward()
+        opt.step()
+    model.eval()
+    test, test_cells = canvases(np.arange(1400, len(labels)), 64)
+    return Detector(model, x[:320], test, test_cells)
+
+
+def detector_recall(run: Any, detector: Detector) -> float:
+    """The share of the test canvases' digits that ``run(canvas) -> (boxes, scores, labels)`` finds:
+    a detection of the right digit, score > 0.5, whose box overlaps the digit's cell by IoU >= 0.5."""
+    from unframe.validate.detections import box_iou
+
+    found = total = 0
+    for canvas, cells in zip(detector.test, detector.test_cells, strict=True):
+        boxes, scores, labels = (np.asarray(v) for v in run(canvas[None]))
+        for cell in np.flatnonzero(cells):
+            r, c = divmod(int(cell), 4)
+            truth = np.array([8 * c, 8 * r, 8 * c + 8, 8 * r + 8], np.float64)
+            hit = (labels == cells[cell]) & (scores > 0.5) & (box_iou(truth, boxes.astype(np.float64)) >= 0.5)
+            found += int(hit.any())
+            total += 1
+    return found / total

@@ -248,3 +248,35 @@ def test_a_tied_embedding_and_its_transposed_head_are_quantized_once() -> None:
         cosine = float((got * want).sum() / np.linalg.norm(got) / np.linalg.norm(want))
         assert cosine > (0.97 if bits == 4 else 0.999), (scheme, cosine)  # random weights: int4 costs ~1 %
         assert any("embedding table" in n for n in result.notes), result.notes
+
+
+def test_a_trained_detector_is_judged_by_its_detections(tmp_path, detector) -> None:
+    """A detector's boxes, scores and labels are judged as detections (matched by label and IoU,
+    score-weighted), not as score rows; int8 keeps the digits it finds; a broken calibration
+    fails on its detections."""
+    import onnxruntime as ort
+    from quant_models import detector_recall
+
+    d, float_recall = detector
+    sets = [{"x": d.train[i:i + 1]} for i in range(40)]
+    out = tmp_path / "detector_int8.onnx"
+    result = unframe.convert(d.model, to="onnx", sample_inputs=torch.tensor(d.train[:1]), quantize="int8",
+                             calibration=sets, output=out)
+    check = result.report.stages[-1]
+    assert check.stage == "accuracy" and check.status == "passed", check.summary()
+    (found,) = check.detections
+    assert found.outputs.names == tuple(v.name for v in onnx.load(out).graph.output), found.outputs
+    # two digits per canvas and two background cells at scores ~1e-6: the digits are matched, the
+    # background's boxes may be any empty cell and weigh nothing
+    assert found.agreement >= 0.9 and not found.tied and found.matched >= 0.5 * found.reference
+    assert check.top1 is None and "found on both sides" in check.summary()
+    session = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    recall = detector_recall(lambda c: session.run(None, {session.get_inputs()[0].name: c}), d)
+    assert recall >= float_recall - 0.05, (recall, float_recall)
+
+    broken = [{"x": s["x"] * 1000.0} for s in sets[:32]] + sets[32:]
+    with pytest.raises(ParityError) as err:
+        unframe.convert(d.model, to="onnx", sample_inputs=torch.tensor(d.train[:1]), quantize="int8",
+                        calibration=broken, output=tmp_path / "broken.onnx")
+    assert err.value.exit_code == 5 and "found on both sides" in err.value.message, err.value.message
+    assert not (tmp_path / "broken.onnx").exists()

@@ -173,3 +173,23 @@ def test_direct_route_quantizes(tmp_path, trained, calibration, capfd) -> None:
     assert ir_accuracy(out, trained) >= trained.float_accuracy - 0.01
     printed = capfd.readouterr()
     assert "Statistics collection" not in printed.out + printed.err
+
+
+def test_a_trained_detector_keeps_its_detections(tmp_path, detector) -> None:
+    """NNCF's int8 of the tiny digits detector: judged as detections (matched by label and IoU),
+    it finds the digits the float model finds, in OpenVINO's runtime."""
+    import openvino as ov
+    from quant_models import detector_recall
+
+    d, float_recall = detector
+    sets = [{"x": d.train[i:i + 1]} for i in range(40)]
+    out = tmp_path / "detector_int8.xml"
+    result = unframe.convert(d.model, to="openvino", sample_inputs=torch.tensor(d.train[:1]), quantize="int8",
+                             calibration=sets, output=out)
+    check = result.report.stages[-1]
+    assert check.status == "passed" and len(check.detections) == 1, check.summary()
+    assert check.detections[0].agreement >= 0.9 and not check.detections[0].tied
+    assert any(fq for _, fq in weight_types(out).values())  # activations quantized (FakeQuantize)
+    compiled = ov.Core().compile_model(str(out), "CPU")
+    recall = detector_recall(lambda c: [v for v in compiled(c).values()], d)
+    assert recall >= float_recall - 0.05, (recall, float_recall)

@@ -5,17 +5,22 @@ Run on input sets the quantizer never saw (held out from calibration), the quant
 compared output by output, pooled over the sets:
 
 - ``top1``: for classifier-like outputs (a batch of score rows: ``[N, classes]``, or
-  ``[N, T, vocab]`` logits), the share of rows whose argmax agrees; integer outputs (labels) are
-  compared exactly, their agreement counted the same way;
-- ``cos``: the cosine similarity of every float output, flattened over the sets;
+  ``[N, T, vocab]`` logits), the share of rows whose argmax agrees. A row whose quantized argmax
+  is another class the float model scores within one int8 step of its best (the output's scale /
+  127: a tie no int8 output can break) agrees too, and the report counts such rows. Integer
+  outputs (labels) are compared exactly, their agreement counted the same way;
+- ``det``: a detector's outputs (boxes [N, 4], scores, labels: ``validate.detections``) as
+  detections: the score-weighted share found on both sides, matched by label and IoU, in place of
+  top-1 and cosine, whose row-by-row view a change of order or count would fail;
+- ``cos``: the cosine similarity of every other float output, flattened over the sets;
 - ``rel``: the largest error relative to the output's scale (reported, not judged: int8 moves
   single values more than it moves what the model decides);
 - for a decoder (``input_ids`` in, ``logits`` out): 32 greedy tokens from the first held-out
   prompt on both sides (the share identical from the start, ``tokens``) and the perplexity of the
   held-out sequences under each (its rise, ``ppl``), in place of top-1 and cosine.
 
-The guard passes when every classifier-like output's agreement reaches ``Thresholds.top1`` and
-every float output's cosine reaches ``Thresholds.cos``. A reference without spread (all zero,
+The guard passes when every classifier-like output's agreement reaches ``Thresholds.top1``, every
+detector's reaches ``Thresholds.det`` and every other float output's cosine ``Thresholds.cos``. A reference without spread (all zero,
 constant) can't be judged by cosine: the output is named weak.
 """
 
@@ -28,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from unframe.validate import detections
 from unframe.validate.compare import FAILED, PASSED, OutputParity, StageParity, top1_agreement
 from unframe.validate.runner import Runner
 
@@ -50,6 +56,8 @@ class AccuracyCheck(StageParity):
     layers_source: str = ""  # "the quantized graph" or the plan handed to a vendor's quantizer
     latency: Any = None  # validate.latency.Latency: the float and the quantized artifact, same runtime
     latency_note: str = ""  # why latency wasn't measured
+    detections: list[Any] = field(default_factory=list)  # validate.detections.DetectionAgreement per detector
+    tied_rows: int = 0  # top-1 rows that agree only through a tie within one int8 step
 
     def details(self) -> dict[str, Any]:
         """What provenance keeps of the guard (``inspect`` shows it)."""
@@ -59,7 +67,8 @@ class AccuracyCheck(StageParity):
                 "size": list(self.size) if self.size else None, "predicted": self.predicted,
                 "layers_source": self.layers_source, "layers": dict(list(self.layers.items())[:LAYERS_KEPT]),
                 "latency": self.latency.as_dict() if self.latency is not None else None,
-                "latency_note": self.latency_note}
+                "latency_note": self.latency_note, "tied_rows": self.tied_rows,
+                "detections": [d.describe() for d in self.detections]}
 
     def summary(self) -> str:
         parts = [f"{self.stage} ({self.scheme}): " + ("FAILED" if self.status == FAILED else "passed")
@@ -69,7 +78,9 @@ class AccuracyCheck(StageParity):
         if self.perplexity is not None:
             parts.append(f"perplexity {self.perplexity[0]:.3f} -> {self.perplexity[1]:.3f}")
         if self.top1 is not None:
-            parts.append(f"top-1 agrees on {self.top1:.1%}")
+            parts.append(f"top-1 agrees on {self.top1:.1%}" + (
+                f" ({self.tied_rows} row(s) through a tie within one int8 step)" if self.tied_rows else ""))
+        parts.extend(d.describe() for d in self.detections)
         if self.cosine:
             parts.append(f"cosine {min(self.cosine.values()):.5f}")
         parts.append(f"max err {self.rel_to_scale:.2g} of the output scale")
@@ -112,13 +123,27 @@ def guard(reference: Runner, candidate: Runner, feeds: Sequence[Mapping[str, np.
     runs = [(reference.run(dict(f)), candidate.run(dict(f))) for f in feeds]
     names = [n for n in runs[0][0] if all(n in got for _, got in runs)] if runs else []
     sig = DecoderSignature.of(list(feeds[0]) if feeds else [], names)
+    groups = [g for g in (detections.find_groups(runs[0][0], [r for r, _ in runs]) if runs else [])
+              if all(n in names for n in g.names)] if sig is None else []
     check = AccuracyCheck("accuracy", reference.name, candidate.name, cases=len(feeds), scheme=scheme,
-                          thresholds=thresholds.describe(decoder=sig is not None))
+                          thresholds=thresholds.describe(decoder=sig is not None, detections=bool(groups)))
     if sig is not None:
         return _judge_decoder(check, reference, candidate, sig, runs, feeds, thresholds)
     missing = [n for n in (runs[0][0] if runs else {}) if n not in names]
     failures = [f"output(s) {', '.join(missing)} missing from the quantized artifact"] if missing else []
-    for name in names:
+    for group in groups:
+        found = detections.agreement(group, [r for r, _ in runs], [g for _, g in runs])
+        check.detections.append(found)
+        for name in group.names:
+            check.outputs.append(_listed(name, [np.asarray(r[name]) for r, _ in runs],
+                                         [np.asarray(g[name]) for _, g in runs],
+                                         found.weak() if name == group.scores else ""))
+        if not detections.passes(found, thresholds.det):
+            failures.append(f"{group.scores}: score levels off by {found.score_error:.2%} of their scale "
+                            "(the kept detections tie)" if found.tied else
+                            f"{found.describe()} (< {thresholds.det:.0%})")
+    judged = {n for g in groups for n in g.names}
+    for name in (n for n in names if n not in judged):
         ref = [np.asarray(r[name]) for r, _ in runs]
         got = [np.asarray(g[name]) for _, g in runs]
         out = _measure(name, ref, got, check)
@@ -177,6 +202,29 @@ def perplexity(logits: Sequence[np.ndarray], ids: Sequence[np.ndarray]) -> float
     return float(np.exp(total / max(count, 1)))
 
 
+def _top1_rows(ref: np.ndarray, got: np.ndarray, step: float) -> tuple[int, int, int]:
+    """(rows that agree, rows, rows that agree only through a tie): a row agrees when the float
+    model scores the quantized argmax within ``step`` of its own best."""
+    r = ref.reshape(-1, ref.shape[-1]).astype(np.float64)
+    g = got.reshape(-1, got.shape[-1]).astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        best, pick = np.argmax(r, axis=-1), np.argmax(g, axis=-1)
+        rows = np.arange(r.shape[0])
+        tie = (pick != best) & (r[rows, pick] >= r[rows, best] - step)
+    agree = (pick == best) | tie
+    return int(np.count_nonzero(agree)), int(r.shape[0]), int(np.count_nonzero(tie))
+
+
+def _listed(name: str, ref: list[np.ndarray], got: list[np.ndarray], weak: str) -> OutputParity:
+    """A detector's output, judged as part of its detections: its shapes and scale, for the report."""
+    out = OutputParity(name, list(ref[0].shape), list(got[0].shape), str(ref[0].dtype), str(got[0].dtype))
+    out.total = int(sum(r.size for r in ref))
+    values = [np.abs(r.astype(np.float64)) for r in ref if r.size and r.dtype.kind in "fiu"]
+    out.scale = max((float(v.max()) for v in values), default=0.0)
+    out.weak = weak
+    return out
+
+
 def _measure(name: str, ref: list[np.ndarray], got: list[np.ndarray], check: AccuracyCheck) -> OutputParity:
     out = OutputParity(name, list(ref[0].shape), list(got[0].shape), str(ref[0].dtype), str(got[0].dtype))
     if any(r.shape != g.shape for r, g in zip(ref, got, strict=True)):
@@ -193,11 +241,12 @@ def _measure(name: str, ref: list[np.ndarray], got: list[np.ndarray], check: Acc
     if ref[0].dtype.kind in "iub":  # labels: exact agreement, counted like top-1
         out.top1, out.top1_rows = float(np.mean(a == b)), int(a.size)
         return out
-    rows = [top1_agreement(r, g, name) for r, g in zip(ref, got, strict=True)]
-    if all(v is not None for v in rows):
-        counts = [r.shape[0] * (r.shape[1] if r.ndim == 3 else 1) for r in ref]
-        out.top1 = float(np.average(rows, weights=counts))
-        out.top1_rows = int(sum(counts))
+    if all(top1_agreement(r, g, name) is not None for r, g in zip(ref, got, strict=True)):
+        step = out.scale / detections.STEPS
+        counts = [_top1_rows(r, g, step) for r, g in zip(ref, got, strict=True)]
+        out.top1_rows = sum(rows for _, rows, _ in counts)
+        out.top1 = sum(agree for agree, _, _ in counts) / max(out.top1_rows, 1)
+        check.tied_rows += sum(tied for _, _, tied in counts)
     centred = a - a.mean()
     if not np.isfinite(a).all() or float(np.abs(centred).max(initial=0.0)) == 0.0:
         out.weak = "the float model's output has no spread (constant): cosine proves nothing"

@@ -47,19 +47,23 @@ def scheme_of(name: Any) -> Scheme:
 @dataclass(frozen=True)
 class Thresholds:
     """What the quantized artifact must keep of the float model's answers on held-out inputs:
-    top-1 agreement of classifier-like outputs (a last axis of scores) and cosine similarity of
-    every float output; for a decoder (``input_ids`` in, ``logits`` out), greedy tokens and
-    perplexity instead. ``--accuracy top1=0.99,cos=0.995,tokens=0.9,ppl=0.05`` overrides them."""
+    top-1 agreement of classifier-like outputs (a last axis of scores), the score-weighted share
+    of a detector's detections found on both sides (``validate.detections``) and cosine
+    similarity of every other float output; for a decoder (``input_ids`` in, ``logits`` out),
+    greedy tokens and perplexity instead.
+    ``--accuracy top1=0.99,cos=0.995,det=0.9,tokens=0.9,ppl=0.05`` overrides them."""
 
     top1: float = 0.98
     cos: float = 0.99
+    det: float = 0.9  # detectors: the score-weighted share of detections matched (same label, IoU >= 0.5)
     tokens: float = 0.9  # decoders: the share of 32 greedy tokens identical from the start
     ppl: float = 0.05  # decoders: the largest rise of perplexity on the held-out sequences
 
-    def describe(self, decoder: bool = False) -> str:
+    def describe(self, decoder: bool = False, detections: bool = False) -> str:
         if decoder:
             return f"greedy tokens >= {self.tokens:.0%}, perplexity within +{self.ppl:.0%}"
-        return f"top-1 >= {self.top1:.0%}, cosine >= {self.cos:g}"
+        return f"top-1 >= {self.top1:.0%}, cosine >= {self.cos:g}" + (
+            f", detections found >= {self.det:.0%}" if detections else "")
 
 
 def parse_accuracy(spec: Any) -> Thresholds:
@@ -76,10 +80,10 @@ def parse_accuracy(spec: Any) -> Thresholds:
         except ValueError:
             raise UsageError(f"--accuracy {spec}: expected name=value pairs",
                              "e.g. --accuracy top1=0.99,cos=0.995") from None
-    unknown = set(values) - {"top1", "cos", "tokens", "ppl"}
+    unknown = set(values) - {"top1", "cos", "det", "tokens", "ppl"}
     if unknown:
         raise UsageError(f"--accuracy: unknown measure {', '.join(sorted(unknown))}",
-                         "use top1, cos (classifiers and tensors), tokens, ppl (decoders)")
+                         "use top1, cos (classifiers and tensors), det (detectors), tokens, ppl (decoders)")
     if any(not 0.0 <= v <= 1.0 for v in values.values()):
         raise UsageError(f"--accuracy {spec}: thresholds lie between 0 and 1", "e.g. top1=0.99")
     return Thresholds(**values)
