@@ -232,7 +232,8 @@ CONVERSION_OPTIONS = [
     click.option("--calibration", type=click.Path(), metavar="PATH",
                  help="--quantize: an .npz of many input sets (x[i] is set i, or rows of a dataset), or a folder of .npz sets."),
     click.option("--accuracy", metavar="top1=X,cos=Y",
-                 help="--quantize: what the guard requires of the quantized artifact (default top1=0.98,cos=0.99)."),
+                 help="--quantize: what the guard requires of the quantized artifact (default top1=0.98,cos=0.99; "
+                      "det=0.9 for detectors; tokens=0.9,ppl=0.05 for decoders)."),
     click.option("--target", "deploy_target", metavar="iOS16|iOS17|...", help="coreml: minimum deployment target."),
     click.option("--dim", "dims", multiple=True, metavar="NAME:MIN:MAX", help="coreml: range of a dynamic dim."),
     click.option("--enumerated", multiple=True, metavar="NAME:SHAPE,SHAPE",
