@@ -78,6 +78,9 @@ def run_model(name: str, targets: list[str], scheme: str) -> dict[str, Any]:
                 "top1": getattr(guard, "top1", None),
                 "cos": min(guard.cosine.values()) if getattr(guard, "cosine", None) else None,
                 "kept": list(getattr(guard, "kept_float", []) or []),
+                "det": [d.agreement for d in getattr(guard, "detections", [])],
+                "tied_rows": getattr(guard, "tied_rows", 0),
+                "weak": list(guard.weak),
                 "size": (guard.size[1] / guard.size[0]) if getattr(guard, "size", None) else None,
                 "notes": [n for n in multi.results[t].notes if "quantiz" in n or "float" in n][:4]}
         else:
@@ -102,13 +105,18 @@ def report(records: list[dict[str, Any]], targets: list[str], header: str) -> st
         cells = []
         for t in targets:
             ok = sum(1 for r in rows if r.get("targets", {}).get(t, {}).get("ok"))
-            cells.append(f"{ok}/{len(rows)}")
+            weak = sum(1 for r in rows if r.get("targets", {}).get(t, {}).get("ok")
+                       and r.get("targets", {}).get(t, {}).get("weak"))
+            cells.append(f"{ok}/{len(rows)}" + (f" ({weak} weak)" if weak else ""))
             totals[t][0] += ok
             totals[t][1] += len(rows)
         lines.append(f"| {family} | {len(rows)} | " + " | ".join(cells) + " |")
     lines.append(f"| **all** | {len(records)} | " + " | ".join(
         f"**{ok}/{n} ({100 * ok / max(n, 1):.0f} %)**" for ok, n in totals.values()) + " |")
-    lines += ["", "| model | family | " + " | ".join(f"{t}: guard (top-1, cos), kept, size" for t in targets) + " | s |",
+    lines.append("")
+    lines.append("A weak pass: the guard passed, but says what it could not judge (a detector whose kept "
+                 "scores all tie within one int8 step: judged by its score levels only).")
+    lines += ["", "| model | family | " + " | ".join(f"{t}: guard (top-1, cos, det), kept, size" for t in targets) + " | s |",
               "|---|---|" + "---|" * len(targets) + "---:|"]
     for r in sorted(records, key=lambda r: (r.get("family", ""), r["name"])):
         cells = []
@@ -120,7 +128,10 @@ def report(records: list[dict[str, Any]], targets: list[str], header: str) -> st
                 top1 = f"{e['top1']:.0%}" if e.get("top1") is not None else "-"
                 cos = f"{e['cos']:.4f}" if e.get("cos") is not None else "-"
                 size = f"{e['size']:.2f}x" if e.get("size") else "-"
-                cells.append(f"passed ({top1}, {cos}), {len(e['kept'])} kept, {size}")
+                det = ", ".join(f"{d:.0%}" for d in e.get("det") or []) or "-"
+                ties = f" ({e['tied_rows']} rows tied)" if e.get("tied_rows") else ""
+                weak = " WEAK" if e.get("weak") else ""
+                cells.append(f"passed{weak} ({top1}{ties}, {cos}, {det}), {len(e['kept'])} kept, {size}")
             else:
                 cells.append(f"exit {e['exit']}: {e.get('message', '')[:110]}")
         lines.append(f"| {r['name']} | {r.get('family', '?')} | " + " | ".join(cells) + f" | {r.get('wall_s', 0):.0f} |")

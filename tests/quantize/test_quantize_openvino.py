@@ -193,3 +193,36 @@ def test_a_trained_detector_keeps_its_detections(tmp_path, detector) -> None:
     compiled = ov.Core().compile_model(str(out), "CPU")
     recall = detector_recall(lambda c: [v for v in compiled(c).values()], d)
     assert recall >= float_recall - 0.05, (recall, float_recall)
+
+
+def test_attention_is_quantized_by_nncfs_transformer_rules(tmp_path, trained) -> None:
+    """A model with attention (a Softmax whose weights a MatMul applies, past torch's masking
+    ops) is handed to NNCF as a transformer; a classifier whose Softmax is its answer is not."""
+    import openvino as ov
+
+    from unframe.converters.backends.openvino.quantize import is_transformer
+
+    class Attention(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.qkv = torch.nn.Linear(16, 48)
+            self.norm = torch.nn.LayerNorm(16)
+
+        def forward(self, x):
+            q, k, v = self.qkv(self.norm(x)).chunk(3, -1)
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v) + x  # OpenVINO fuses it
+
+    class Written(Attention):  # attention spelled out: OpenVINO keeps its Softmax and MatMuls
+        def forward(self, x):
+            q, k, v = self.qkv(self.norm(x)).chunk(3, -1)
+            return torch.softmax(q @ k.transpose(1, 2) / 4.0, -1) @ v + x
+
+    classifier = torch.nn.Sequential(trained.model, torch.nn.Softmax(-1))
+    seen = {}
+    for name, model, sample in (("attention", Attention().eval(), torch.randn(2, 5, 16)),
+                                ("written", Written().eval(), torch.randn(2, 5, 16)),
+                                ("classifier", classifier, torch.tensor(trained.train[:8]))):
+        out = tmp_path / f"{name}.xml"
+        unframe.convert(model, to="openvino", sample_inputs=sample, output=out, validate=False, precision="fp32")
+        seen[name] = is_transformer(ov.Core().read_model(str(out)))
+    assert seen == {"attention": True, "written": True, "classifier": False}

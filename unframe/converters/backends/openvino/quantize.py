@@ -2,7 +2,10 @@
 
 - ``int8``: ``nncf.quantize`` with the calibration sets: activations get FakeQuantize ops with
   calibrated ranges, weights are stored int8 (per output channel) with their scales; the CPU
-  plugin runs the quantized ops in int8.
+  plugin runs the quantized ops in int8. A transformer (attention's Softmax beside layer norms,
+  ``is_transformer``) is quantized with ``model_type=TRANSFORMER``, as NNCF asks for such models:
+  its transformer rules (SmoothQuant on the MatMuls' inputs, the layer norms and attention's
+  score arithmetic left in float) in place of the CNN defaults.
 - ``w8``: ``nncf.compress_weights`` (int8 asymmetric per output channel: u8 weights, a u8 zero
   point and an fp16 scale each), float activations.
 - ``w4``: ``nncf.compress_weights`` in ``INT4_SYM`` mode, groups of 32 along the input axis, every
@@ -60,6 +63,28 @@ def ov_names(model: Any, converted: Any, exclude: Sequence[str]) -> tuple[list[s
     return found, [n for n in exclude if n not in matched]
 
 
+def is_transformer(converted: Any) -> bool:
+    """Whether an OpenVINO model holds attention, as NNCF's transformer rules expect: a Softmax
+    whose output a MatMul reads within ``ATTENTION_HOPS`` ops (the weights times the values,
+    past the masking torch's exporter puts between: IsNaN, Select), where a classifier's
+    Softmax is its answer; or OpenVINO's own fused ``ScaledDotProductAttention``."""
+    for op in converted.get_ordered_ops():
+        if op.get_type_name() == "ScaledDotProductAttention":
+            return True
+        if op.get_type_name() != "Softmax":
+            continue
+        frontier = [op]
+        for _ in range(ATTENTION_HOPS):
+            frontier = [t.get_node() for node in frontier for out in node.outputs()
+                        for t in out.get_target_inputs()]
+            if any(node.get_type_name() == "MatMul" for node in frontier):
+                return True
+    return False
+
+
+ATTENTION_HOPS = 3
+
+
 def float_bytes(converted: Any) -> int:
     """Bytes of the model's constants with every float one counted as float32 (the size of the
     unquantized weights)."""
@@ -81,8 +106,11 @@ def quantize_ov(converted: Any, request: Any, ignored: Sequence[str] = ()) -> tu
         if scheme == "int8":
             feeds = _dataset(converted, request.calibration)
             kwargs: dict[str, Any] = {"ignored_scope": scope} if scope else {}
+            transformer = is_transformer(converted)
+            if transformer:
+                kwargs["model_type"] = nncf.ModelType.TRANSFORMER
             quantized = nncf.quantize(converted, nncf.Dataset(feeds), subset_size=len(feeds), **kwargs)
-            tool = f"nncf.quantize, calibrated on {request.origin}"
+            tool = f"nncf.quantize{' (model_type=TRANSFORMER)' if transformer else ''}, calibrated on {request.origin}"
         elif scheme == "w8":
             quantized = nncf.compress_weights(converted, ignored_scope=scope)
             tool = "nncf.compress_weights (int8 asymmetric, per output channel)"
