@@ -280,3 +280,28 @@ def test_a_trained_detector_is_judged_by_its_detections(tmp_path, detector) -> N
                         calibration=broken, output=tmp_path / "broken.onnx")
     assert err.value.exit_code == 5 and "found on both sides" in err.value.message, err.value.message
     assert not (tmp_path / "broken.onnx").exists()
+
+
+def test_a_model_that_amplifies_int8_rounding_is_told_so_without_a_sensitivity_pass(tmp_path) -> None:
+    """A float model whose answer moves when its inputs are merely rounded to int8 steps (sin of a
+    thousand times its input) can't be quantized to int8 by any quantizer: the guard's failure
+    says so, and no layer is kept in float for nothing."""
+
+    class Amplifier(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a, self.b = torch.nn.Linear(8, 32), torch.nn.Linear(32, 6)
+
+        def forward(self, x):
+            return self.b(torch.sin(1000.0 * self.a(x)))
+
+    torch.manual_seed(0)
+    rng = np.random.default_rng(0)
+    sets = [{"x": rng.normal(size=(4, 8)).astype(np.float32)} for _ in range(20)]
+    with pytest.raises(ParityError) as err:
+        unframe.convert(Amplifier().eval(), to="onnx", sample_inputs=torch.tensor(sets[0]["x"]), quantize="int8",
+                        calibration=sets, output=tmp_path / "amp.onnx")
+    check = err.value.report.stages[-1]
+    assert check.stage == "accuracy" and check.rounds == 1 and not check.kept_float
+    assert "inputs merely rounded to int8 steps" in err.value.message and check.floor in check.summary()
+    assert not (tmp_path / "amp.onnx").exists()

@@ -10,7 +10,9 @@ ONNX graph) against the quantized artifact's own runtime. When it fails and the 
 named ONNX nodes in float (``Backend.quantize_excludes``), the sensitivity pass ranks the layers
 on the float graph and the branch converts again with the worst one kept in float, then (ranked
 again with those kept) 2 and 4 more, never more than half of the weighted layers; what still fails
-is exit 5 with the figures, and nothing is written.
+is exit 5 with the figures, and nothing is written. Before that pass, a failed scheme that quantizes
+activations asks whether the float model itself passes with its inputs rounded to int8 steps
+(``validate.accuracy.input_floor``): where it doesn't, the pass is left out and the error says why.
 """
 
 from __future__ import annotations
@@ -84,7 +86,7 @@ class AccuracyStage(Stage):
 
     def run(self, flow: Flow) -> None:
         from unframe.passes.quantize import parse_accuracy
-        from unframe.validate.accuracy import guard
+        from unframe.validate.accuracy import guard, input_floor
         from unframe.validate.compare import StageParity
 
         candidate, flow.candidate = flow.candidate, None
@@ -101,8 +103,12 @@ class AccuracyStage(Stage):
         held_out = flow.shared[QUANT][3]
         check = guard(ref, candidate, held_out, thresholds, scheme=request.scheme.name)
         rounds = 1
-        skipped = ""
-        if not check and self._can_keep_float(flow):
+        skipped = floor = ""
+        if not check and request.scheme.activations != "float":
+            floor = in_parity_time(flow, "the float model on int8-rounded inputs",
+                                   lambda: input_floor(ref, held_out, thresholds))
+            skipped = "the sensitivity pass was left out (the float model's own floor)" if floor else ""
+        if not check and self._can_keep_float(flow) and not skipped:
             skipped = _sensitivity_room(flow.model)
         if not check and self._can_keep_float(flow) and not skipped:
             most = _keepable(flow.model)
@@ -122,6 +128,7 @@ class AccuracyStage(Stage):
         check.calibration = request.origin
         check.kept_float = list(request.exclude)
         check.rounds = rounds
+        check.floor = floor
         check.predicted = "onnxruntime on the Q/DQ graph" if predicted else ""
         check.size = _sizes(flow)
         check.layers, check.layers_source = _layers(flow, request, self.checks.backend.name)
@@ -134,7 +141,7 @@ class AccuracyStage(Stage):
             kept = (f"; still after {rounds} conversions keeping {len(request.exclude)} layer(s) in float "
                     "(the sensitivity pass)") if rounds > 1 else ""
             raise ParityError(f"the quantized artifact fails the accuracy guard ({check.reason})"
-                              + kept + (f"; {skipped}" if skipped else ""),
+                              + kept + (f"; {floor}" if floor else f"; {skipped}" if skipped else ""),
                               "nothing was written; calibrate on real inputs (--calibration), relax "
                               "--accuracy, or use a milder scheme (w8, int8-dynamic)", report=flow.report)
         flow.notes.append(f"quantize: {request.describe()}")
