@@ -214,3 +214,19 @@ def detector_recall(run: Any, detector: Detector) -> float:
             found += int(hit.any())
             total += 1
     return found / total
+
+
+def detector_int8(detector: Detector, to: str, out: Any, sets: list[dict[str, np.ndarray]] | None = None) -> Any:
+    """``detector`` converted to ``to`` at int8, calibrated on ``sets`` (default: 40 training
+    canvases, one per set; the last eight held out for the guard); the conversion's result."""
+    import torch
+
+    import unframe
+
+    sets = sets if sets is not None else detector_sets(detector)
+    return unframe.convert(detector.model, to=to, sample_inputs=torch.tensor(detector.train[:1]),
+                           quantize="int8", calibration=sets, output=out)
+
+
+def detector_sets(detector: Detector) -> list[dict[str, np.ndarray]]:
+    return [{"x": detector.train[i:i + 1]} for i in range(40)]

@@ -255,14 +255,11 @@ def test_a_trained_detector_is_judged_by_its_detections(tmp_path, detector) -> N
     score-weighted), not as score rows; int8 keeps the digits it finds; a broken calibration
     fails on its detections."""
     import onnxruntime as ort
-    from quant_models import detector_recall
+    from quant_models import detector_int8, detector_recall, detector_sets
 
     d, float_recall = detector
-    sets = [{"x": d.train[i:i + 1]} for i in range(40)]
     out = tmp_path / "detector_int8.onnx"
-    result = unframe.convert(d.model, to="onnx", sample_inputs=torch.tensor(d.train[:1]), quantize="int8",
-                             calibration=sets, output=out)
-    check = result.report.stages[-1]
+    check = detector_int8(d, "onnx", out).report.stages[-1]
     assert check.stage == "accuracy" and check.status == "passed", check.summary()
     (found,) = check.detections
     assert found.outputs.names == tuple(v.name for v in onnx.load(out).graph.output), found.outputs
@@ -274,10 +271,10 @@ def test_a_trained_detector_is_judged_by_its_detections(tmp_path, detector) -> N
     recall = detector_recall(lambda c: session.run(None, {session.get_inputs()[0].name: c}), d)
     assert recall >= float_recall - 0.05, (recall, float_recall)
 
+    sets = detector_sets(d)
     broken = [{"x": s["x"] * 1000.0} for s in sets[:32]] + sets[32:]
     with pytest.raises(ParityError) as err:
-        unframe.convert(d.model, to="onnx", sample_inputs=torch.tensor(d.train[:1]), quantize="int8",
-                        calibration=broken, output=tmp_path / "broken.onnx")
+        detector_int8(d, "onnx", tmp_path / "broken.onnx", broken)
     assert err.value.exit_code == 5 and "found on both sides" in err.value.message, err.value.message
     assert not (tmp_path / "broken.onnx").exists()
 

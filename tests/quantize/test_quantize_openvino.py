@@ -179,14 +179,11 @@ def test_a_trained_detector_keeps_its_detections(tmp_path, detector) -> None:
     """NNCF's int8 of the tiny digits detector: judged as detections (matched by label and IoU),
     it finds the digits the float model finds, in OpenVINO's runtime."""
     import openvino as ov
-    from quant_models import detector_recall
+    from quant_models import detector_int8, detector_recall
 
     d, float_recall = detector
-    sets = [{"x": d.train[i:i + 1]} for i in range(40)]
     out = tmp_path / "detector_int8.xml"
-    result = unframe.convert(d.model, to="openvino", sample_inputs=torch.tensor(d.train[:1]), quantize="int8",
-                             calibration=sets, output=out)
-    check = result.report.stages[-1]
+    check = detector_int8(d, "openvino", out).report.stages[-1]
     assert check.status == "passed" and len(check.detections) == 1, check.summary()
     assert check.detections[0].agreement >= 0.9 and not check.detections[0].tied
     assert any(fq for _, fq in weight_types(out).values())  # activations quantized (FakeQuantize)
