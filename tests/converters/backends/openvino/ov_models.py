@@ -56,6 +56,19 @@ def refused_onnx(path: Path) -> Path:
     return path
 
 
+def lrn_onnx(path: Path, rank: int) -> Path:
+    """LRN (size 3) over a float input of ``rank`` (batch 1, 4 channels, spatial dims of 2): OpenVINO's
+    ONNX frontend converts it at any rank; its CPU plugin takes it up to rank 5 only."""
+    shape = [1, 4] + [2] * (rank - 2)
+    graph = helper.make_graph([helper.make_node("LRN", ["x"], ["y"], size=3, name="lrn")], "lrn",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    model.ir_version = 10
+    onnx.save(model, path)
+    return path
+
+
 def constant_types(xml: Path) -> dict[str, str]:
     """Name -> element type of every Constant of the IR at ``xml``."""
     from unframe.converters.backends.openvino.runner import read_ir

@@ -13,6 +13,7 @@ from ov_models import (
     cnn_onnx,
     constant_types,
     input_shapes,
+    lrn_onnx,
     openvino_or_skip,
     ort,
     passthrough_loop_onnx,
@@ -97,6 +98,50 @@ def test_check_and_convert_agree_on_a_refusal(tmp_path):
     assert not list(tmp_path.glob("r.xml*")) and not (tmp_path / "r.bin").exists()
     ok = unframe.check(str(cnn_onnx(tmp_path / "m.onnx")), to="openvino")
     assert ok and not ok.blockers
+
+
+def test_the_cpu_plugins_refusal_is_found_after_it_took_the_same_op_type(tmp_path):
+    """The CPU plugin's answers are remembered per op signature (``importer.TAKEN``), not per op
+    type: after LRN at rank 4 converted, LRN at rank 6 (which the plugin refuses) still gets its
+    blocker, from check and convert alike, and nothing is written."""
+    taken = lrn_onnx(tmp_path / "lrn4.onnx", rank=4)
+    assert unframe.check(str(taken), to="openvino")
+    unframe.convert(str(taken), to="openvino", output=tmp_path / "lrn4.xml",
+                    sample_inputs={"x": np.ones((1, 4, 2, 2), np.float32)})
+    src = lrn_onnx(tmp_path / "lrn6.onnx", rank=6)
+    check = unframe.check(str(src), to="openvino")
+    assert not check
+    assert [(b.op, b.domain) for b in check.blockers] == [("LRN", "openvino")]
+    assert "CPU plugin does not support" in check.blockers[0].reason
+    with pytest.raises(UnsupportedError) as err:
+        unframe.convert(str(src), to="openvino", output=tmp_path / "lrn6.xml")
+    assert [(b.op, b.node) for b in err.value.blockers] == [(b.op, b.node) for b in check.blockers]
+    assert not list(tmp_path.glob("lrn6.xml*")) and not (tmp_path / "lrn6.bin").exists()
+
+
+def test_the_cpu_plugin_is_asked_once_for_ops_it_took(tmp_path, monkeypatch):
+    """query_model runs once for a model of new ops: not again for its convert, nor for the same
+    model loaded again, nor at fp32 weights; a model with one op it has not seen is asked."""
+    from unframe.converters.backends.openvino import importer
+
+    asked: list[int] = []
+    real = importer.core()
+
+    class Counting:
+        def query_model(self, model, device):
+            asked.append(len(model.get_ordered_ops()))
+            return real.query_model(model, device)
+
+    monkeypatch.setattr(importer, "TAKEN", set())
+    monkeypatch.setattr(importer, "core", Counting)
+    src = cnn_onnx(tmp_path / "m.onnx")
+    assert unframe.check(str(src), to="openvino")
+    unframe.convert(str(src), to="openvino", output=tmp_path / "a.xml", sample_inputs=_feed(2))
+    unframe.convert(str(src), to="openvino", output=tmp_path / "b.xml", sample_inputs=_feed(2), precision="fp32")
+    assert len(asked) == 1
+    unframe.convert(str(cnn_onnx(tmp_path / "m8.onnx", batch=8)), to="openvino", output=tmp_path / "c.xml",
+                    sample_inputs=_feed(8))
+    assert len(asked) == 2  # a static batch: other shapes, asked
 
 
 def test_cli_convert_check_inspect_and_exit_codes(tmp_path):

@@ -2,9 +2,10 @@
 
 OpenVINO's own converter does the work (``openvino.convert_model`` on the ONNX file, then
 ``openvino.save_model``); unframe adds what it doesn't: every blocker before any work (its ONNX
-frontend's refusal and the CPU plugin's ``query_model``, ``importer.py``), input shapes as
-partial shapes from the options (``shapes.py``), the artifact checked by running it here on the
-CPU plugin (``runner.py``), and provenance in the IR's ``rt_info`` under ``unframe``.
+frontend's refusal and the CPU plugin's ``query_model``, whose answers are remembered in-process
+per op signature, ``importer.py``), input shapes as partial shapes from the options
+(``shapes.py``), the artifact checked by running it here on the CPU plugin (``runner.py``), and
+provenance in the IR's ``rt_info`` under ``unframe``.
 
 Target options: ``precision`` ("fp16", the default as OpenVINO's own: weights stored as float16;
 "fp32" keeps them float32), ``static`` with ``sample_shapes`` (every dynamic dim at the sample's
@@ -80,7 +81,8 @@ class OpenVINOBackend(Backend):
             return options, ["openvino is not installed: only the options were checked"]
         imported = self._import(model)
         notes = [] if imported.blockers else ["OpenVINO's ONNX frontend converted every node and its "
-                                              "CPU plugin takes every op (query_model)"]
+                                              "CPU plugin takes every op (query_model, or its answer "
+                                              "for the same ops earlier in this process)"]
         return imported.blockers + options, notes
 
     def _import(self, model: ir.Model) -> Imported:

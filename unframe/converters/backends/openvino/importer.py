@@ -7,7 +7,12 @@ alike, so they can't disagree. Its blockers come from two places:
   "No conversion rule found for operations: Bernoulli-21, my.dom.Foo" and "Conversion is failed
   for: ..." with a message per op type): one blocker per node of those types in the graph, and
   any other error of the converter (a shape it can't infer) as one blocker for the model;
-* the CPU plugin's ``Core().query_model``: the converted ops it does not take.
+* the CPU plugin's ``Core().query_model``: the converted ops it does not take. It costs about as
+  much as ``convert_model`` (some 20 ms whatever the model, more with its size), so what it took
+  is remembered in-process (``TAKEN``): a model made only of ops it already took, as they are
+  here, is not asked again (a check and its convert, a retry at fp32 weights, the locator's
+  probes, a zoo of one architecture). Any other model is asked whole, so every refusal comes
+  from the plugin itself, about this model.
 """
 
 from __future__ import annotations
@@ -34,6 +39,10 @@ FAILED = "-- Conversion is failed for:"
 HINT_NO_RULE = "OpenVINO's ONNX frontend has no conversion for this op"
 # ops of the converted model that query_model never lists: they hold no computation
 STRUCTURAL = frozenset({"Parameter", "Result", "Constant"})
+# ops with bodies of their own: the signature below does not describe them, they are always asked
+SUBGRAPH_OPS = frozenset({"Loop", "If", "TensorIterator"})
+SMALL_CONSTANT_BYTES = 64  # a constant input this small is part of a signature by value (axes, pads)
+MAX_TAKEN = 10_000  # signatures remembered before the memory starts over (a few hundred bytes each)
 
 
 @dataclass
@@ -115,22 +124,60 @@ def _domains(domain: str) -> tuple[str, ...]:
     return ("", "ai.onnx") if domain in ("", "ai.onnx") else (domain,)
 
 
+# The signatures of the ops the CPU plugin took (``query_model``) in this process, which has one
+# openvino. A signature is what the plugin's per-op support check reads (its
+# ``Node::isSupportedOperation``, after its own transformations): the op type and opset, its
+# attributes, each input's element type, partial shape and producer (a small constant by value),
+# each output's element type and partial shape. A table of op types alone would not do: the same
+# Convolution is refused when its weights' shape is dynamic, LRN past rank 5 (openvino 2026.4,
+# tests/converters/backends/openvino/test_openvino_onnx.py). Only what it took is remembered.
+TAKEN: set[tuple[Any, ...]] = set()
+
+
 def plugin_blockers(converted: Any) -> list[Blocker]:
-    """Ops of the converted model the CPU plugin does not take (``query_model``)."""
+    """Ops of the converted model the CPU plugin does not take (``query_model``; none asked when
+    every op's signature is one it took before, ``TAKEN``)."""
+    ops = [op for op in converted.get_ordered_ops() if op.get_type_name() != "Constant"]
+    signatures = [op_signature(op) for op in ops]
+    if all(s is not None and s in TAKEN for s in signatures):
+        return []
     with quiet_openvino(), ov_tool():
         try:
             supported = core().query_model(converted, DEVICE)
         except Exception as exc:  # the plugin refuses the model as a whole
             return [Blocker("*", f"OpenVINO's {DEVICE} plugin refused the model: {first_line(exc)}")]
     out = []
-    for op in converted.get_ordered_ops():
+    taken = []
+    for op, signature in zip(ops, signatures, strict=True):
         if op.get_type_name() in STRUCTURAL or op.get_friendly_name() in supported:
+            taken.append(signature)
             continue
         out.append(Blocker(op.get_type_name(), f"OpenVINO's {DEVICE} plugin does not support this "
                            f"{op.get_type_name()} (opset {op.get_type_info().version_id})",
                            op.get_friendly_name(), "openvino",
                            "the op converted but no CPU kernel takes it as it is"))
+    if len(TAKEN) > MAX_TAKEN:
+        TAKEN.clear()
+    TAKEN.update(s for s in taken if s is not None)
     return out
 
 
-__all__ = ["DEVICE", "Imported", "frontend_blockers", "import_onnx", "plugin_blockers"]
+def op_signature(op: Any) -> tuple[Any, ...] | None:
+    """What the CPU plugin's support of ``op`` can depend on (see ``TAKEN``); None for an op with
+    a body of its own."""
+    kind = op.get_type_name()
+    if kind in SUBGRAPH_OPS:
+        return None
+    inputs = []
+    for port in op.inputs():
+        source = port.get_source_output().get_node()
+        value = (source.get_data().tobytes() if source.get_type_name() == "Constant"
+                 and source.get_byte_size() <= SMALL_CONSTANT_BYTES else None)
+        inputs.append((source.get_type_name(), port.get_element_type().get_type_name(),
+                       str(port.get_partial_shape()), value))
+    outputs = tuple((p.get_element_type().get_type_name(), str(p.get_partial_shape())) for p in op.outputs())
+    return (kind, op.get_type_info().version_id, repr(sorted(op.get_attributes().items())),
+            tuple(inputs), outputs)
+
+
+__all__ = ["DEVICE", "TAKEN", "Imported", "frontend_blockers", "import_onnx", "op_signature", "plugin_blockers"]
