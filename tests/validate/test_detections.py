@@ -131,3 +131,22 @@ def test_classifier_rows_tied_within_one_int8_step_agree_others_do_not() -> None
     got[4:8, 3] = 9.0  # a class the float model scores far below its best: a disagreement
     check = _judge([{"scores": ref}], [{"scores": got}])
     assert check.top1 == 0.75 and check.status == "failed"
+
+
+def test_an_artifact_that_fails_on_a_held_out_set_fails_the_guard_saying_which() -> None:
+    """A quantized detector whose graph can't run an input the float one runs (onnxruntime's
+    Reshape of zero detections, seen on RetinaNet) is a failed guard, not an internal error."""
+    from unframe.errors import ConversionError
+
+    ref = _sets()
+
+    class Failing(Fixed):
+        def run(self, feed):
+            if int(feed["k"][0]) == 2:
+                raise ConversionError("the quantized graph can't be run: Reshape {0,2,2} to {0,-1}")
+            return super().run(feed)
+
+    feeds = [{"k": np.array([i])} for i in range(len(ref))]
+    check = guard(Fixed("float", ref), Failing("quantized", ref), feeds, Thresholds(), scheme="int8")
+    assert check.status == "failed" and "fails to run held-out set 3" in check.reason
+    assert "Reshape" in check.run_failure and not check

@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from unframe.converters.base import Backend, Target
-from unframe.errors import Blocker, ParityError, UnsupportedError
+from unframe.errors import Blocker, ParityError, UnframeError, UnsupportedError
 from unframe.pipeline.flow import Flow, Unavailable, in_parity_time
 from unframe.pipeline.stages import Stage
 
@@ -116,6 +116,9 @@ class AccuracyStage(Stage):
                 room = most - len(request.exclude)
                 ranked = in_parity_time(flow, "ranking the layers by what quantization costs them",
                                         lambda: _rank(flow.model, request, held_out[:4])) if room > 0 else None
+                if isinstance(ranked, str):  # the quantized graph can't run the held-out sets
+                    skipped = f"the sensitivity pass stopped: {ranked}"
+                    break
                 if not ranked:
                     break
                 request.exclude = (*request.exclude, *ranked[:min(step, room)])
@@ -207,7 +210,7 @@ def _keepable(model: Any) -> int:
     return sum(1 for n in model.graph if n.op_type in WEIGHTED) // 2
 
 
-def _rank(model: Any, request: Any, feeds: list[dict[str, Any]]) -> list[str]:
+def _rank(model: Any, request: Any, feeds: list[dict[str, Any]]) -> list[str] | str:
     from dataclasses import replace
 
     from unframe.passes.quantize import SCHEMES
@@ -215,7 +218,11 @@ def _rank(model: Any, request: Any, feeds: list[dict[str, Any]]) -> list[str]:
 
     # the ranking quantizes in onnxruntime: static int8 for any calibrated scheme
     proxy = replace(request, scheme=SCHEMES["int8"] if request.scheme.calibrated else request.scheme)
-    return rank_layers(model, proxy, feeds)
+    try:
+        return rank_layers(model, proxy, feeds)
+    except Exception as exc:  # onnxruntime fails the quantized graph on a held-out set: nothing to rank by
+        text = exc.message if isinstance(exc, UnframeError) else " ".join(str(exc).split())
+        return f"onnxruntime can't run the quantized graph on the held-out sets ({text[:200]})"
 
 
 def _layers(flow: Flow, request: Any, backend: str) -> tuple[dict[str, str], str]:

@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from unframe.errors import UnframeError
 from unframe.validate import detections
 from unframe.validate.compare import FAILED, PASSED, OutputParity, StageParity, top1_agreement
 from unframe.validate.runner import Runner
@@ -129,7 +130,18 @@ def guard(reference: Runner, candidate: Runner, feeds: Sequence[Mapping[str, np.
     """The guard's verdict on ``feeds`` (see the module's doc)."""
     from unframe.validate.generate import DecoderSignature
 
-    runs = [(reference.run(dict(f)), candidate.run(dict(f))) for f in feeds]
+    runs = []
+    for i, feed in enumerate(feeds):
+        expected = reference.run(dict(feed))
+        try:
+            runs.append((expected, candidate.run(dict(feed))))
+        except UnframeError as exc:  # an input the float model answers and the quantized one can't
+            failed = AccuracyCheck("accuracy", reference.name, candidate.name, cases=i + 1, scheme=scheme,
+                                   thresholds=thresholds.describe(), status=FAILED)
+            failed.run_failure = " ".join(exc.message.split())[:300]
+            failed.reason = (f"{candidate.name} fails to run held-out set {i + 1}, which {reference.name} "
+                             f"runs ({failed.run_failure})")
+            return failed
     names = [n for n in runs[0][0] if all(n in got for _, got in runs)] if runs else []
     sig = DecoderSignature.of(list(feeds[0]) if feeds else [], names)
     groups = [g for g in (detections.find_groups(runs[0][0], [r for r, _ in runs]) if runs else [])
