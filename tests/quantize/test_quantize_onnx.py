@@ -279,10 +279,10 @@ def test_a_trained_detector_is_judged_by_its_detections(tmp_path, detector) -> N
     assert not (tmp_path / "broken.onnx").exists()
 
 
-def test_a_model_that_amplifies_int8_rounding_is_told_so_without_a_sensitivity_pass(tmp_path) -> None:
+def test_a_model_that_amplifies_int8_rounding_is_told_so(tmp_path) -> None:
     """A float model whose answer moves when its inputs are merely rounded to int8 steps (sin of a
     thousand times its input) can't be quantized to int8 by any quantizer: the guard's failure
-    says so, and no layer is kept in float for nothing."""
+    says so, after the sensitivity pass tried."""
 
     class Amplifier(torch.nn.Module):
         def __init__(self) -> None:
@@ -299,6 +299,6 @@ def test_a_model_that_amplifies_int8_rounding_is_told_so_without_a_sensitivity_p
         unframe.convert(Amplifier().eval(), to="onnx", sample_inputs=torch.tensor(sets[0]["x"]), quantize="int8",
                         calibration=sets, output=tmp_path / "amp.onnx")
     check = err.value.report.stages[-1]
-    assert check.stage == "accuracy" and check.rounds == 1 and not check.kept_float
-    assert "inputs merely rounded to int8 steps" in err.value.message and check.floor in check.summary()
+    assert check.stage == "accuracy" and check.rounds > 1 and check.floor and check.floor in check.summary()
+    assert "inputs merely rounded to int8 steps" in err.value.message
     assert not (tmp_path / "amp.onnx").exists()

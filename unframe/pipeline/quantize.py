@@ -10,9 +10,10 @@ ONNX graph) against the quantized artifact's own runtime. When it fails and the 
 named ONNX nodes in float (``Backend.quantize_excludes``), the sensitivity pass ranks the layers
 on the float graph and the branch converts again with the worst one kept in float, then (ranked
 again with those kept) 2 and 4 more, never more than half of the weighted layers; what still fails
-is exit 5 with the figures, and nothing is written. Before that pass, a failed scheme that quantizes
-activations asks whether the float model itself passes with its inputs rounded to int8 steps
-(``validate.accuracy.input_floor``): where it doesn't, the pass is left out and the error says why.
+is exit 5 with the figures, and nothing is written; for a scheme that quantizes activations the
+error then says whether the float model itself passes with its inputs merely rounded to int8 steps
+(``validate.accuracy.input_floor``): a model that amplifies changes that small explains a failure
+no kept layer cured.
 """
 
 from __future__ import annotations
@@ -104,11 +105,7 @@ class AccuracyStage(Stage):
         check = guard(ref, candidate, held_out, thresholds, scheme=request.scheme.name)
         rounds = 1
         skipped = floor = ""
-        if not check and request.scheme.activations != "float":
-            floor = in_parity_time(flow, "the float model on int8-rounded inputs",
-                                   lambda: input_floor(ref, held_out, thresholds))
-            skipped = "the sensitivity pass was left out (the float model's own floor)" if floor else ""
-        if not check and self._can_keep_float(flow) and not skipped:
+        if not check and self._can_keep_float(flow):
             skipped = _sensitivity_room(flow.model)
         if not check and self._can_keep_float(flow) and not skipped:
             most = _keepable(flow.model)
@@ -128,6 +125,9 @@ class AccuracyStage(Stage):
                 check = guard(ref, candidate, held_out, thresholds, scheme=request.scheme.name)
                 if check:
                     break
+        if not check and request.scheme.activations != "float":
+            floor = in_parity_time(flow, "the float model on int8-rounded inputs",
+                                   lambda: input_floor(ref, held_out, thresholds))
         check.calibration = request.origin
         check.kept_float = list(request.exclude)
         check.rounds = rounds
@@ -144,7 +144,7 @@ class AccuracyStage(Stage):
             kept = (f"; still after {rounds} conversions keeping {len(request.exclude)} layer(s) in float "
                     "(the sensitivity pass)") if rounds > 1 else ""
             raise ParityError(f"the quantized artifact fails the accuracy guard ({check.reason})"
-                              + kept + (f"; {floor}" if floor else f"; {skipped}" if skipped else ""),
+                              + kept + (f"; {skipped}" if skipped else "") + (f"; {floor}" if floor else ""),
                               "nothing was written; calibrate on real inputs (--calibration), relax "
                               "--accuracy, or use a milder scheme (w8, int8-dynamic)", report=flow.report)
         flow.notes.append(f"quantize: {request.describe()}")
