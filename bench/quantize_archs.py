@@ -168,7 +168,7 @@ def report(records: list[dict[str, Any]], targets: list[str], header: str) -> st
     lines.append("A weak pass: the guard passed, but says what it could not judge (a detector whose kept "
                  "scores all tie within one int8 step: judged by its score levels only). At the floor: "
                  "the float model itself fails the guard with its inputs merely rounded to int8 steps "
-                 "(it amplifies changes that small), so no int8 artifact of it can be expected to pass.")
+                 "(it amplifies changes that small, and int8 makes them at every activation).")
     lines += ["", "| model | family | " + " | ".join(f"{t}: guard (top-1, cos, det), kept, size" for t in targets) + " | s |",
               "|---|---|" + "---|" * len(targets) + "---:|"]
     for r in sorted(records, key=lambda r: (r.get("family", ""), r["name"])):
