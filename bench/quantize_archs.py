@@ -66,10 +66,11 @@ def settle_batch_norms(model: Any, samples: Any, framework: str, seed: int = 1) 
         import torch
 
         norms = [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+        model.eval()  # only the batch norms learn their statistics (a detector in training mode wants targets)
         for m in norms:
             m.reset_running_stats()
             m.momentum = None  # a running average over the batches
-        model.train()
+            m.train()
         with torch.no_grad():
             for x in batches:
                 model(torch.from_numpy(x))
