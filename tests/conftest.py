@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 import onnx
@@ -12,6 +13,9 @@ import pytest
 from spine_utils import mlp_model
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+# what unframe keeps between processes (unframe.cache) goes to a folder of this test process
+# (and the processes it spawns), not the user's ~/.cache: each run starts with nothing remembered
+os.environ.setdefault("UNFRAME_CACHE_DIR", tempfile.mkdtemp(prefix="unframe-test-cache-"))
 
 
 def _torchvision_shim() -> None:

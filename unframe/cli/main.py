@@ -544,6 +544,11 @@ def doctor(as_json: bool, debug: bool) -> None:
 
 
 def main() -> None:
+    from unframe.deferred import defer
+
+    # onnx-ir imports sympy at start-up and a conversion seldom needs it (0.5-0.8 s)
+    defer("onnx_ir._symbolic_shapes")
+    defer("sympy")
     cli(prog_name="unframe")
 
 

@@ -132,7 +132,9 @@ def test_the_cpu_plugin_is_asked_once_for_ops_it_took(tmp_path, monkeypatch):
             asked.append(len(model.get_ordered_ops()))
             return real.query_model(model, device)
 
+    monkeypatch.setenv("UNFRAME_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setattr(importer, "TAKEN", set())
+    monkeypatch.setattr(importer, "_DISK", {})
     monkeypatch.setattr(importer, "core", Counting)
     src = cnn_onnx(tmp_path / "m.onnx")
     assert unframe.check(str(src), to="openvino")
@@ -142,6 +144,59 @@ def test_the_cpu_plugin_is_asked_once_for_ops_it_took(tmp_path, monkeypatch):
     unframe.convert(str(cnn_onnx(tmp_path / "m8.onnx", batch=8)), to="openvino", output=tmp_path / "c.xml",
                     sample_inputs=_feed(8))
     assert len(asked) == 2  # a static batch: other shapes, asked
+
+
+def _new_process(importer, monkeypatch) -> None:
+    """What a new process starts with: nothing remembered in memory, the disk not read yet."""
+    monkeypatch.setattr(importer, "TAKEN", set())
+    monkeypatch.setattr(importer, "_DISK", {})
+
+
+def test_the_cpu_plugins_answers_are_kept_on_disk_for_the_next_process(tmp_path, monkeypatch):
+    """The ops the CPU plugin took are kept on disk (``unframe.cache``) per openvino version and
+    CPU: the next process does not ask again for a model of those ops, still asks for a model with
+    one it has not seen, still finds LRN at rank 6 refused after rank 4 was taken, ignores lines
+    that are not digests and files of another version; ``UNFRAME_CACHE_DIR=off`` keeps nothing."""
+    from unframe.converters.backends.openvino import importer
+
+    asked: list[int] = []
+    real = importer.core()
+
+    class Counting:
+        def query_model(self, model, device):
+            asked.append(len(model.get_ordered_ops()))
+            return real.query_model(model, device)
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("UNFRAME_CACHE_DIR", str(cache))
+    monkeypatch.setattr(importer, "core", Counting)
+    _new_process(importer, monkeypatch)
+    src = cnn_onnx(tmp_path / "m.onnx")
+    assert unframe.check(str(src), to="openvino")
+    assert len(asked) == 1
+    files = list(cache.glob("openvino-*-taken.txt"))
+    assert len(files) == 1
+    kept = files[0].read_text().split()
+    assert kept and len(kept) == len(set(kept))
+    # another openvino's answers are not read; a bad line is skipped
+    (cache / files[0].name.replace("openvino-", "openvino-0.0.0-")).write_text("\n".join(kept))
+    files[0].write_text("not a digest\n" + "\n".join(kept) + "\n")
+
+    _new_process(importer, monkeypatch)
+    got = unframe.convert(str(src), to="openvino", output=tmp_path / "a.xml", sample_inputs=_feed(2))
+    assert got.report and len(asked) == 1  # answered from the disk
+    lrn4, lrn6 = lrn_onnx(tmp_path / "lrn4.onnx", rank=4), lrn_onnx(tmp_path / "lrn6.onnx", rank=6)
+    assert unframe.check(str(lrn4), to="openvino")
+    assert len(asked) == 2  # new ops: asked
+
+    _new_process(importer, monkeypatch)
+    assert unframe.check(str(lrn4), to="openvino") and len(asked) == 2
+    refused = unframe.check(str(lrn6), to="openvino")
+    assert not refused and [b.op for b in refused.blockers] == ["LRN"] and len(asked) == 3
+
+    monkeypatch.setenv("UNFRAME_CACHE_DIR", "off")
+    _new_process(importer, monkeypatch)
+    assert unframe.check(str(src), to="openvino") and len(asked) == 4
 
 
 def test_cli_convert_check_inspect_and_exit_codes(tmp_path):

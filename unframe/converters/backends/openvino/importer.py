@@ -9,9 +9,10 @@ alike, so they can't disagree. Its blockers come from two places:
   any other error of the converter (a shape it can't infer) as one blocker for the model;
 * the CPU plugin's ``Core().query_model``: the converted ops it does not take. It costs about as
   much as ``convert_model`` (some 20 ms whatever the model, more with its size), so what it took
-  is remembered in-process (``TAKEN``): a model made only of ops it already took, as they are
-  here, is not asked again (a check and its convert, a retry at fp32 weights, the locator's
-  probes, a zoo of one architecture). Any other model is asked whole, so every refusal comes
+  is remembered (``TAKEN``, and on disk across processes: ``unframe.cache``, a file per
+  openvino version and CPU): a model made only of ops it already took, as they are here, is not
+  asked again (a check and its convert, a retry at fp32 weights, the locator's probes, a zoo of
+  one architecture, the next CLI call). Any other model is asked whole, so every refusal comes
   from the plugin itself, about this model.
 """
 
@@ -42,7 +43,7 @@ STRUCTURAL = frozenset({"Parameter", "Result", "Constant"})
 # ops with bodies of their own: the signature below does not describe them, they are always asked
 SUBGRAPH_OPS = frozenset({"Loop", "If", "TensorIterator"})
 SMALL_CONSTANT_BYTES = 64  # a constant input this small is part of a signature by value (axes, pads)
-MAX_TAKEN = 10_000  # signatures remembered before the memory starts over (a few hundred bytes each)
+MAX_TAKEN = 10_000  # signatures remembered in a process before its memory starts over
 
 
 @dataclass
@@ -131,15 +132,35 @@ def _domains(domain: str) -> tuple[str, ...]:
 # each output's element type and partial shape. A table of op types alone would not do: the same
 # Convolution is refused when its weights' shape is dynamic, LRN past rank 5 (openvino 2026.4,
 # tests/converters/backends/openvino/test_openvino_onnx.py). Only what it took is remembered.
-TAKEN: set[tuple[Any, ...]] = set()
+# Held as digests (``unframe.cache.digest``), so that the same set can be kept on disk: the
+# signatures another process saw taken, by this openvino on this CPU, are read once (``_remembered``).
+TAKEN: set[str] = set()
+_DISK: dict[str, Any] = {}  # "set": the DigestSet, once its file has been read into TAKEN
+
+
+def _remembered() -> Any:
+    """The on-disk memory of ``TAKEN`` for this openvino and CPU, read into it the first time."""
+    from unframe import cache
+
+    known = _DISK.get("set")
+    if known is None:
+        ov = import_openvino()
+        known = cache.DigestSet(f"openvino-{ov.__version__}-{DEVICE.lower()}-{cache.machine_id()}-taken")
+        TAKEN.update(known.load())
+        _DISK["set"] = known
+    return known
 
 
 def plugin_blockers(converted: Any) -> list[Blocker]:
     """Ops of the converted model the CPU plugin does not take (``query_model``; none asked when
     every op's signature is one it took before, ``TAKEN``)."""
+    from unframe import cache
+
     ops = [op for op in converted.get_ordered_ops() if op.get_type_name() != "Constant"]
     signatures = [op_signature(op) for op in ops]
-    if all(s is not None and s in TAKEN for s in signatures):
+    digests = [cache.digest(s) if s is not None else None for s in signatures]
+    disk = _remembered()
+    if all(d is not None and d in TAKEN for d in digests):
         return []
     with quiet_openvino(), ov_tool():
         try:
@@ -148,7 +169,7 @@ def plugin_blockers(converted: Any) -> list[Blocker]:
             return [Blocker("*", f"OpenVINO's {DEVICE} plugin refused the model: {first_line(exc)}")]
     out = []
     taken = []
-    for op, signature in zip(ops, signatures, strict=True):
+    for op, signature in zip(ops, digests, strict=True):
         if op.get_type_name() in STRUCTURAL or op.get_friendly_name() in supported:
             taken.append(signature)
             continue
@@ -158,7 +179,9 @@ def plugin_blockers(converted: Any) -> list[Blocker]:
                            "the op converted but no CPU kernel takes it as it is"))
     if len(TAKEN) > MAX_TAKEN:
         TAKEN.clear()
-    TAKEN.update(s for s in taken if s is not None)
+    new = {d for d in taken if d is not None} - TAKEN
+    TAKEN.update(new)
+    disk.add(new)
     return out
 
 
