@@ -7,8 +7,10 @@ latency against onnxruntime on the same model.
      file for OpenVINO, its ONNX frontend, the CPU plugin's query_model, save with fp16 weights)
      against ``openvino.convert_model(onnx) + openvino.save_model`` called directly; twice: as
      timed after the warm-up (the plugin's answers for these ops remembered, query_model not
-     asked again), and with them forgotten before each run (the first model of its ops in a
-     process: query_model asked);
+     asked again), with them forgotten in memory but kept on disk (``unframe.cache``: a new
+     process's first model), and forgotten altogether before each run (query_model asked);
+   - the commands, a new process each: ``unframe convert x.onnx --to openvino --no-validate``
+     against OpenVINO's own ``ovc x.onnx`` (with unframe's cache, and with it off);
    - torch -> IR through ONNX, the whole route without parity (``unframe.convert(...,
      validate=False)``) against ``torch.onnx.export(dynamo=True)`` + ``convert_model`` + ``save_model``;
    - direct torch route: ``direct.convert_from_torch`` (torch.export, OpenVINO's PyTorch frontend,

@@ -33,3 +33,10 @@ def test_plugin_errors_are_not_read_as_markup():
     info = {"unframe": "0", "python": "3", "platform": "p", "core": {}, "frontends": [], "backends": [],
             "plugin_errors": ["bad (pkg.mod:Thing): ImportError: needs unframe[torch]"]}
     assert "needs unframe[torch]" in _rendered(info)
+
+
+def test_doctor_says_where_the_cache_is(monkeypatch, tmp_path):
+    monkeypatch.setenv("UNFRAME_CACHE_DIR", str(tmp_path / "kept"))
+    assert f"cache: {tmp_path / 'kept'}" in _rendered(gather())
+    monkeypatch.setenv("UNFRAME_CACHE_DIR", "off")
+    assert "cache: off" in _rendered(gather())

@@ -34,7 +34,16 @@ def gather() -> dict[str, Any]:
         "frontends": rows(FRONTENDS),
         "backends": rows(BACKENDS),
         "plugin_errors": FRONTENDS.plugin_errors + BACKENDS.plugin_errors,
+        "cache": _cache(),
     }
+
+
+def _cache() -> str:
+    """Where unframe keeps runtimes' answers between processes (``unframe.cache``)."""
+    from unframe import cache
+
+    folder = cache.directory()
+    return str(folder) if folder is not None else "off (UNFRAME_CACHE_DIR=off)"
 
 
 def render(info: dict[str, Any], console: Any) -> None:
@@ -44,6 +53,8 @@ def render(info: dict[str, Any], console: Any) -> None:
 
     console.print(f"unframe {info['unframe']} on Python {info['python']} ({info['platform']})", markup=False)
     console.print("core: " + ", ".join(f"{k} {v}" for k, v in info["core"].items()), markup=False)
+    if info.get("cache"):
+        console.print(f"cache: {info['cache']} (UNFRAME_CACHE_DIR moves it; off keeps nothing)", markup=False)
     for kind in ("frontends", "backends"):
         t = Table(title=kind)
         for c in ("name", "usable", "versions", "to install"):
