@@ -43,18 +43,11 @@ def digest(value: object) -> str:
 
 def machine_id() -> str:
     """The CPU as a runtime's kernels see it: architecture, model name and instruction-set flags
-    (``/proc/cpuinfo`` where there is one), as a short digest."""
-    parts = [platform.machine(), platform.system()]
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
-            text = fh.read(200_000)
-        for key in ("model name", "flags", "Features", "CPU part"):
-            found = re.search(rf"^{key}\s*:\s*(.*)$", text, re.MULTILINE)
-            if found:
-                parts.append(" ".join(sorted(found.group(1).split())))
-    except OSError:
-        parts.append(platform.processor())
-    return digest(tuple(parts))[:12]
+    (``unframe.cpu``), as a short digest."""
+    from unframe import cpu
+
+    name, flags = cpu.info()
+    return digest((platform.machine(), platform.system(), name, tuple(sorted(flags))))[:12]
 
 
 class DigestSet:

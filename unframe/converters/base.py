@@ -112,6 +112,12 @@ class Target:
         return default if value is None else value
 
 
+# A target option the pipeline sets (never the user): run the artifact as it is deployed, with
+# its runtime's default settings, not parity's graph-as-written ones (the float artifact timed
+# against a quantized one; ``Backend.runner`` reads it where its runtime has such a difference).
+AS_DEPLOYED = "as_deployed"
+
+
 @dataclass
 class Artifact:
     """A backend's product. Lives in a work dir (or in memory) until ``unframe.api`` places it."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from unframe.converters.base import Backend, RunnerUnavailable, Target
+from unframe.converters.base import AS_DEPLOYED, Backend, RunnerUnavailable, Target
 from unframe.errors import UnsupportedError
 from unframe.pipeline.flow import Flow, Unavailable, in_parity_time
 from unframe.pipeline.locating import INPUT_BOUND_OPTIONS, source_namer
@@ -61,7 +61,9 @@ class BackendStage(Stage):
         near = self.output.parent if self.output is not None else None
         folder = flow.work_dir(near) / "float-for-latency"
         folder.mkdir(exist_ok=True)
-        return be.runner(self._build(flow, tgt, folder), tgt)
+        built = self._build(flow, tgt, folder)
+        # run as the quantized artifact is: with its runtime's defaults, as deployed
+        return be.runner(built, Target(tgt.name, tgt.opset, {**tgt.options, AS_DEPLOYED: True}))
 
     def _build(self, flow: Flow, target: Target, folder: Path) -> Any:
         return self.backend.convert(flow.model, target, folder)

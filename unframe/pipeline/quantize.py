@@ -8,7 +8,8 @@ quantizes with its vendor's tool. ``AccuracyStage`` then runs the accuracy guard
 (``unframe.validate.accuracy``) on the held-out sets, the float model (the source, or the float
 ONNX graph) against the quantized artifact's own runtime. When it fails and the backend keeps
 named ONNX nodes in float (``Backend.quantize_excludes``), the sensitivity pass ranks the layers
-on the float graph and the branch converts again with the worst one kept in float, then (ranked
+on the float graph (run on calibration sets, never on the held-out ones the guard judges) and the
+branch converts again with the worst one kept in float, then (ranked
 again with those kept) 2 and 4 more, never more than half of the weighted layers; what still fails
 is exit 5 with the figures, and nothing is written; for a scheme that quantizes activations the
 error then says whether the float model itself passes with its inputs merely rounded to int8 steps
@@ -109,11 +110,12 @@ class AccuracyStage(Stage):
             skipped = _sensitivity_room(flow.model)
         if not check and self._can_keep_float(flow) and not skipped:
             most = _keepable(flow.model)
+            ranking = _ranking_sets(flow)
             for step in KEEP_FLOAT_STEPS:  # greedy: ranked again with what is kept so far
                 room = most - len(request.exclude)
                 ranked = in_parity_time(flow, "ranking the layers by what quantization costs them",
-                                        lambda: _rank(flow.model, request, held_out[:4])) if room > 0 else None
-                if isinstance(ranked, str):  # the quantized graph can't run the held-out sets
+                                        lambda: _rank(flow.model, request, ranking)) if room > 0 else None
+                if isinstance(ranked, str):  # the quantized graph can't run the ranking sets
                     skipped = f"the sensitivity pass stopped: {ranked}"
                     break
                 if not ranked:
@@ -210,6 +212,21 @@ def _keepable(model: Any) -> int:
     return sum(1 for n in model.graph if n.op_type in WEIGHTED) // 2
 
 
+RANKING_SETS = 4  # calibration sets the sensitivity pass runs both graphs on, every output read
+
+
+def _ranking_sets(flow: Flow) -> list[dict[str, Any]]:
+    """The sets the sensitivity pass ranks the layers on: calibration sets, never the held-out
+    ones the guard judges (layers chosen to mend the judged sets would pass a guard that the next
+    inputs fail: a briefly trained MobileNetV3-Small passed on its 8 held-out sets, cosine 0.998,
+    with 3 layers ranked on them, and gave 0.977 on 24 more), spread over the calibration."""
+    calibration = flow.shared[QUANT][0]
+    if len(calibration) <= RANKING_SETS:
+        return list(calibration)
+    step = len(calibration) / RANKING_SETS
+    return [calibration[int(i * step)] for i in range(RANKING_SETS)]
+
+
 def _rank(model: Any, request: Any, feeds: list[dict[str, Any]]) -> list[str] | str:
     from dataclasses import replace
 
@@ -222,7 +239,7 @@ def _rank(model: Any, request: Any, feeds: list[dict[str, Any]]) -> list[str] | 
         return rank_layers(model, proxy, feeds)
     except Exception as exc:  # onnxruntime fails the quantized graph on a held-out set: nothing to rank by
         text = exc.message if isinstance(exc, UnframeError) else " ".join(str(exc).split())
-        return f"onnxruntime can't run the quantized graph on the held-out sets ({text[:200]})"
+        return f"onnxruntime can't run the quantized graph on the calibration sets ({text[:200]})"
 
 
 def _layers(flow: Flow, request: Any, backend: str) -> tuple[dict[str, str], str]:

@@ -444,10 +444,13 @@ def _run_reference(evaluator: Any, feeds: Mapping[str, np.ndarray]) -> list[Any]
         return evaluator.run(None, dict(feeds))
 
 
-def onnx_runner(model: Any) -> Runner:
-    """onnxruntime when it can load the model, else the reference evaluator (saying why)."""
+def onnx_runner(model: Any, optimization: str = "basic") -> Runner:
+    """onnxruntime when it can load the model, else the reference evaluator (saying why).
+    ``optimization`` "all" runs it as a user's session does by default (a quantized graph's Q/DQ
+    pairs fused into onnxruntime's int8 kernels, ``QLinearConv``...); "basic" runs the graph as
+    written (a Q/DQ graph then computes in float between its quantize steps)."""
     try:
-        return OnnxRuntimeRunner(model)
+        return OnnxRuntimeRunner(model, optimization=optimization)
     except Exception as exc:  # onnxruntime refuses: unsupported opset/op/type
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         runner = ReferenceRunner(model, why=first)

@@ -28,8 +28,11 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
+from unframe.cpu import saturates_int8
 from unframe.passes.quantize.schemes import QuantRequest
 
+SEVEN_BIT_NOTE = ("weights held to 7 bits (reduce_range): this CPU has no VNNI, and onnxruntime's int8 "
+                  "kernels on it saturate 8-bit weights (quantize on a VNNI CPU for 8-bit weights)")
 BLOCK = 32
 CLIPS = (1.0, 0.95, 0.9, 0.85, 0.8, 0.75)  # w4: the block ranges tried (fractions of the largest |w|)
 MIN_ELEMENTS = 256  # smaller weights (biases, norms' scales) are not worth a scale tensor
@@ -91,18 +94,23 @@ def _onnxruntime_quantize(model: ir.Model, request: QuantRequest, symmetric: boo
         del proto.graph.value_info[:]
         onnx.save(proto, src, save_as_external_data=proto.ByteSize() > 1_900_000_000)
         excluded = list(request.exclude)
+        # onnxruntime's int8 kernels on a CPU without VNNI saturate 8-bit weights (unframe.cpu):
+        # 7-bit weights there, as onnxruntime advises; TensorRT's (symmetric) graph runs elsewhere
+        reduce = not symmetric and saturates_int8()
         if request.scheme.activations == "static":
             quantize_static(str(src), str(dst), Sets(request.calibration), quant_format=QuantFormat.QDQ,
                             per_channel=True, weight_type=QuantType.QInt8,
                             activation_type=QuantType.QInt8 if symmetric else QuantType.QUInt8,
-                            nodes_to_exclude=excluded,
+                            nodes_to_exclude=excluded, reduce_range=reduce,
                             extra_options={"ActivationSymmetric": symmetric, "WeightSymmetric": True})
             what = ("int8 QDQ (onnxruntime quantize_static): weights per channel, activations "
                     f"{'symmetric int8' if symmetric else 'uint8'} with min/max ranges")
         else:
             quantize_dynamic(str(src), str(dst), per_channel=True, weight_type=QuantType.QInt8,
-                             nodes_to_exclude=excluded)
+                             nodes_to_exclude=excluded, reduce_range=reduce)
             what = "int8 weights per channel, activations quantized at run time (onnxruntime quantize_dynamic)"
+        if reduce:
+            what += f"; {SEVEN_BIT_NOTE}"
         quantized = ir.serde.deserialize_model(onnx.load(str(dst)))  # read in full: the folder goes
     counts = _count_ops(quantized, ("QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear",
                                     "MatMulInteger", "ConvInteger"))

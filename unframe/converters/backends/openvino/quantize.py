@@ -100,6 +100,8 @@ def quantize_ov(converted: Any, request: Any, ignored: Sequence[str] = ()) -> tu
     """``converted`` quantized as ``request`` asks (see the module's doc), and notes."""
     import nncf
 
+    from unframe.cpu import saturates_int8
+
     scope = nncf.IgnoredScope(names=list(ignored), validate=False) if ignored else None
     scheme = request.scheme.name
     with _quiet_nncf():
@@ -109,8 +111,15 @@ def quantize_ov(converted: Any, request: Any, ignored: Sequence[str] = ()) -> tu
             transformer = is_transformer(converted)
             if transformer:
                 kwargs["model_type"] = nncf.ModelType.TRANSFORMER
+            seven = saturates_int8()
+            if seven:  # the CPU plugin's int8 kernels here saturate 8-bit weights (unframe.cpu)
+                from nncf.quantization.advanced_parameters import AdvancedQuantizationParameters, OverflowFix
+
+                kwargs["advanced_parameters"] = AdvancedQuantizationParameters(overflow_fix=OverflowFix.ENABLE)
             quantized = nncf.quantize(converted, nncf.Dataset(feeds), subset_size=len(feeds), **kwargs)
-            tool = f"nncf.quantize{' (model_type=TRANSFORMER)' if transformer else ''}, calibrated on {request.origin}"
+            tool = (f"nncf.quantize{' (model_type=TRANSFORMER)' if transformer else ''}, calibrated on {request.origin}"
+                    + ("; weights held to 7 bits in every layer (OverflowFix.ENABLE): this CPU has no VNNI, "
+                       "and OpenVINO's int8 kernels on it saturate 8-bit weights" if seven else ""))
         elif scheme == "w8":
             quantized = nncf.compress_weights(converted, ignored_scope=scope)
             tool = "nncf.compress_weights (int8 asymmetric, per output channel)"
