@@ -56,8 +56,13 @@ MODELS = {"digits": digits, "resnet18": lambda: vision("resnet18"), "mobilenet_v
 
 
 def artifact_runner(result: Any) -> Any:
+    """The artifact's runner as deployed (``AS_DEPLOYED``: onnxruntime at its default
+    optimizations, the float graph as the int8 one), as the accuracy guard times them."""
+    from unframe.converters.base import AS_DEPLOYED, Target
+
     branch = result.branch
-    return branch.backend.runner(result.artifact, branch.target)
+    target = Target(branch.target.name, branch.target.opset, {**branch.target.options, AS_DEPLOYED: True})
+    return branch.backend.runner(result.artifact, target)
 
 
 def row(name: str, target: str, scheme: str, model: Any, sample: Any, calib: Any, trained: Any,
