@@ -41,6 +41,10 @@ VISION = ("torchvision-classification", "torchvision-segmentation", "torchvision
           "keras-subclassed")
 
 
+SUFFIX = {"onnx": ".onnx", "openvino": ".xml", "coreml": ".mlpackage", "litert": ".tflite",
+          "executorch": ".pte", "tensorrt": ".engine"}
+
+
 def is_vision(arch: Any, name: str) -> bool:
     if arch.family == "keras-subclassed":
         return "cnn" in name
@@ -101,8 +105,12 @@ def run_model(name: str, targets: list[str], scheme: str, settle: bool = False) 
     folder = Path(tempfile.mkdtemp(prefix="quant-archs-"))
     started = time.perf_counter()
     try:
-        multi = unframe.convert(model, to=targets, sample_inputs=samples, quantize=scheme, locate=False,
-                                output=folder, **arch.options)
+        # one target writes a file, several a folder of them
+        output = folder if len(targets) > 1 else folder / f"model{SUFFIX.get(targets[0], '')}"
+        multi = unframe.convert(model, to=targets if len(targets) > 1 else targets[0], sample_inputs=samples,
+                                quantize=scheme, locate=False, output=output, **arch.options)
+        if len(targets) == 1:  # one result, as several give them
+            multi = type("One", (), {"results": {targets[0]: multi}, "errors": {}})()
     except PartialFailure as exc:
         multi = exc.result
     except UnframeError as exc:  # before the fork: every target alike

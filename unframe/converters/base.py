@@ -302,6 +302,9 @@ class Backend(_Component):
     # Why this machine's runs of the artifact say nothing about its speed ("" = they do): the
     # accuracy guard then reports no latency before and after quantization
     latency_note: str = ""
+    # Whether its runner of a quantized artifact runs it apart from this process (a child, for
+    # the accuracy guard): the latency timing then asks ``runner`` for one ``AS_DEPLOYED``
+    times_apart: bool = False
 
     @property
     def kind_name(self) -> str:

@@ -65,6 +65,12 @@ class BackendStage(Stage):
         # run as the quantized artifact is: with its runtime's defaults, as deployed
         return be.runner(built, Target(tgt.name, tgt.opset, {**tgt.options, AS_DEPLOYED: True}))
 
+    def deployed_runner(self, flow: Flow) -> Runner:
+        """The artifact's runner as deployed (``AS_DEPLOYED``), in this process: the quantized
+        side of the latency timing where the guard ran it apart (``Backend.times_apart``)."""
+        tgt = self.target
+        return self.backend.runner(flow.artifact, Target(tgt.name, tgt.opset, {**tgt.options, AS_DEPLOYED: True}))
+
     def _build(self, flow: Flow, target: Target, folder: Path) -> Any:
         return self.backend.convert(flow.model, target, folder)
 

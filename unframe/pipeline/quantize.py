@@ -269,20 +269,23 @@ def _latency(flow: Flow, stage: Any, candidate: Any, feed: dict[str, Any]) -> tu
     why = stage.backend.latency_note
     if why:
         return None, why
-    float_runner = None
+    float_runner = timed_runner = None
     try:
         float_runner = in_parity_time(flow, "building the float artifact to time against",
                                       lambda: stage.float_runner(flow))
         if float_runner is None:
             return None, "the float artifact took past the parity time limit"
+        if stage.backend.times_apart:  # the guard ran it in a child: timed in-process, as deployed
+            timed_runner = candidate = stage.deployed_runner(flow)
         timed = in_parity_time(flow, "timing the float and the quantized artifact",
                                lambda: paired(float_runner, candidate, feed))
         return timed, "" if timed is not None else "past the parity time limit"
     except Exception as exc:  # noqa: BLE001 - a figure left out, said why; the artifact stands
         return None, f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
     finally:
-        if float_runner is not None:
-            float_runner.close()
+        for runner in (float_runner, timed_runner):
+            if runner is not None:
+                runner.close()
 
 
 def _sizes(flow: Flow) -> tuple[int, int] | None:

@@ -103,7 +103,8 @@ def graph_fingerprint(model: ir.Model) -> tuple[Any, ...]:
     return nodes, weights
 
 
-def onnx_runner_of(model: ir.Model, what: str = "the converted model", optimization: str = "basic") -> Deferred:
+def onnx_runner_of(model: ir.Model, what: str = "the converted model", optimization: str = "basic",
+                   isolated: bool = False) -> Deferred:
     from unframe.validate.onnxruntime import onnx_runner
 
-    return Deferred(lambda: onnx_runner(model, optimization), what)
+    return Deferred(lambda: onnx_runner(model, optimization, isolated), what)

@@ -106,13 +106,13 @@ class OnnxRuntimeRunner(Runner):
     can crash (SIGFPE, SIGSEGV), and a crash there is a typed error, not a dead unframe."""
 
     def __init__(self, model: Any, *, providers: list[str] | None = None,
-                 optimization: str = "basic", threads: int | None = None) -> None:
+                 optimization: str = "basic", threads: int | None = None, isolated: bool = False) -> None:
         self.name = f"onnxruntime {_version('onnxruntime')}"
         src = _ModelFile(model)
         config = SessionConfig(optimization, threads or _DEFAULT_THREADS[0],
                                tuple(providers or ["CPUExecutionProvider"]))
         self.remote: RemoteSession | None = None
-        if _untrusted[0]:
+        if _untrusted[0] or isolated:
             self.remote = RemoteSession(src, config)  # keeps ``src`` (a restarted child reopens it)
             self._inputs, self._outputs = self.remote.inputs, self.remote.outputs
             return
@@ -444,13 +444,14 @@ def _run_reference(evaluator: Any, feeds: Mapping[str, np.ndarray]) -> list[Any]
         return evaluator.run(None, dict(feeds))
 
 
-def onnx_runner(model: Any, optimization: str = "basic") -> Runner:
+def onnx_runner(model: Any, optimization: str = "basic", isolated: bool = False) -> Runner:
     """onnxruntime when it can load the model, else the reference evaluator (saying why).
     ``optimization`` "all" runs it as a user's session does by default (a quantized graph's Q/DQ
     pairs fused into onnxruntime's int8 kernels, ``QLinearConv``...); "basic" runs the graph as
-    written (a Q/DQ graph then computes in float between its quantize steps)."""
+    written (a Q/DQ graph then computes in float between its quantize steps). ``isolated``: the
+    session lives in unframe's onnxruntime child (a crash there is an error, not a dead process)."""
     try:
-        return OnnxRuntimeRunner(model, optimization=optimization)
+        return OnnxRuntimeRunner(model, optimization=optimization, isolated=isolated)
     except Exception as exc:  # onnxruntime refuses: unsupported opset/op/type
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         runner = ReferenceRunner(model, why=first)
