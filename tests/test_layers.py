@@ -37,7 +37,7 @@ PACKAGE = "unframe"
 # __init__, the lazy public API over api.py). The longest matching prefix decides a module's
 # layer, so ``converters.base`` sits below the rest of ``converters``.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("errors", "quiet", "opset", "distributions", "distributed", "timing"),
+    ("errors", "quiet", "opset", "distributions", "distributed", "timing", "cpu", "cache", "deferred"),
     ("io", "limits", "sandbox", "registry", "archives", "preserve"),
     ("version_converter",),
     ("validate",),

@@ -44,6 +44,25 @@ def digits_cnn(seed: int = 0, epochs: int = 6) -> Trained:
     return Trained(model, x[:1400], x[1400:], labels[1400:], acc)
 
 
+def one_loud_channel(seed: int = 1) -> Trained:
+    """``digits_cnn`` with one channel of its first conv 500x larger and the next conv reading it
+    scaled back: the same function, whose per-tensor activation ranges int8 can't hold (the
+    guard fails; keeping the right layers in float mends it)."""
+    import torch
+
+    model = digits_cnn(seed=seed)
+    with torch.no_grad():
+        model.model[0].weight[0] *= 500.0
+        model.model[0].bias[0] *= 500.0
+        model.model[2].weight[:, 0] /= 500.0
+    return model
+
+
+def row_sets(trained: Trained, rows: int = 320, batch: int = 8) -> list[dict[str, Any]]:
+    """The first ``rows`` training images as input sets of ``batch``."""
+    return [{"input": trained.train[i:i + batch]} for i in range(0, rows, batch)]
+
+
 def onnx_accuracy(path: Any, trained: Trained) -> float:
     import onnxruntime as ort
 

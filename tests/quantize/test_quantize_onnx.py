@@ -23,7 +23,12 @@ from unframe.errors import InputError, ParityError, UnsupportedError, UsageError
 torch = pytest.importorskip("torch", reason="needs torch")
 pytest.importorskip("sklearn", reason="needs scikit-learn (its digits dataset)")
 
-from quant_models import broken_calibration_error, digits_cnn, onnx_accuracy  # noqa: E402
+from quant_models import (  # noqa: E402
+    broken_calibration_error,
+    one_loud_channel,
+    onnx_accuracy,
+    row_sets,
+)
 
 UNFRAME = Path(sys.executable).with_name("unframe")
 
@@ -70,17 +75,12 @@ def test_broken_calibration_fails_the_guard(tmp_path, trained) -> None:
 
 
 def test_sensitivity_pass_keeps_the_costly_layers_in_float(tmp_path, trained) -> None:
-    model = digits_cnn(seed=1)
-    conv = model.model[0]
-    with torch.no_grad():  # one channel's activations 500x larger; the next conv reads it scaled back
-        conv.weight[0] *= 500.0
-        conv.bias[0] *= 500.0
-        model.model[2].weight[:, 0] /= 500.0
+    model = one_loud_channel()  # one channel's activations 500x larger; the next conv reads it scaled back
     x = torch.tensor(model.test)
     with torch.no_grad():
         kept_accuracy = float((model.model(x).argmax(1).numpy() == model.test_labels).mean())
     assert abs(kept_accuracy - model.float_accuracy) < 1e-6  # the same function
-    sets = [{"input": model.train[i:i + 8]} for i in range(0, 320, 8)]
+    sets = row_sets(model)
     result = unframe.convert(model.model, to="onnx", sample_inputs=torch.tensor(model.train[:8]),
                              quantize="int8", calibration=sets, output=tmp_path / "kept.onnx")
     check = result.report.stages[-1]
@@ -94,12 +94,8 @@ def test_the_sensitivity_pass_ranks_on_calibration_sets_never_on_the_held_out_on
     on its 8 held-out sets with 3 layers ranked on them, and fell to cosine 0.977 on 24 more)."""
     from unframe.passes.quantize import sensitivity
 
-    model = digits_cnn(seed=1)
-    with torch.no_grad():
-        model.model[0].weight[0] *= 500.0
-        model.model[0].bias[0] *= 500.0
-        model.model[2].weight[:, 0] /= 500.0
-    sets = [{"input": model.train[i:i + 8]} for i in range(0, 320, 8)]
+    model = one_loud_channel()
+    sets = row_sets(model)
     calibration, held_out = sets[:32], sets[32:]
     seen: list[np.ndarray] = []
     real = sensitivity.rank_layers
@@ -125,13 +121,9 @@ def test_a_sensitivity_pass_past_the_memory_budget_is_left_out_and_said(tmp_path
     from unframe.errors import ParityError
     from unframe.pipeline import quantize as quantize_stage
 
-    model = digits_cnn(seed=1)
-    with torch.no_grad():
-        model.model[0].weight[0] *= 500.0
-        model.model[0].bias[0] *= 500.0
-        model.model[2].weight[:, 0] /= 500.0
+    model = one_loud_channel()
     monkeypatch.setattr(quantize_stage, "SENSITIVITY_COPIES", 10**9)
-    sets = [{"input": model.train[i:i + 8]} for i in range(0, 320, 8)]
+    sets = row_sets(model)
     with pytest.raises(ParityError) as caught:
         unframe.convert(model.model, to="onnx", sample_inputs=torch.tensor(model.train[:8]),
                         quantize="int8", calibration=sets, output=tmp_path / "kept.onnx")

@@ -18,7 +18,7 @@ pytest.importorskip("sklearn", reason="needs scikit-learn (its digits dataset)")
 pytest.importorskip("openvino", reason="needs openvino")
 pytest.importorskip("nncf", reason="needs nncf (OpenVINO's quantizer)")
 
-from quant_models import broken_calibration_error, digits_cnn  # noqa: E402
+from quant_models import broken_calibration_error, one_loud_channel, row_sets  # noqa: E402
 
 RESHAPING = ("Reshape", "Squeeze", "Unsqueeze", "Transpose")
 
@@ -136,12 +136,8 @@ def test_sensitivity_pass_keeps_the_costly_layers_in_float(tmp_path) -> None:
     """One channel 500x larger (the next conv reads it scaled back: the same function): NNCF's
     per-tensor activation ranges can't hold it; the guard fails, the sensitivity pass keeps the
     layers it ranks costliest in float, and the IR passes."""
-    model = digits_cnn(seed=1)
-    with torch.no_grad():
-        model.model[0].weight[0] *= 500.0
-        model.model[0].bias[0] *= 500.0
-        model.model[2].weight[:, 0] /= 500.0
-    sets = [{"input": model.train[i:i + 8]} for i in range(0, 320, 8)]
+    model = one_loud_channel()
+    sets = row_sets(model)
     out = tmp_path / "kept.xml"
     result = unframe.convert(model.model, to="openvino", sample_inputs=torch.tensor(model.train[:8]),
                              quantize="int8", calibration=sets, output=out)

@@ -124,18 +124,9 @@ def test_the_cpu_plugin_is_asked_once_for_ops_it_took(tmp_path, monkeypatch):
     model loaded again, nor at fp32 weights; a model with one op it has not seen is asked."""
     from unframe.converters.backends.openvino import importer
 
-    asked: list[int] = []
-    real = importer.core()
-
-    class Counting:
-        def query_model(self, model, device):
-            asked.append(len(model.get_ordered_ops()))
-            return real.query_model(model, device)
-
     monkeypatch.setenv("UNFRAME_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setattr(importer, "TAKEN", set())
-    monkeypatch.setattr(importer, "_DISK", {})
-    monkeypatch.setattr(importer, "core", Counting)
+    _new_process(importer, monkeypatch)
+    asked = _count_queries(importer, monkeypatch)
     src = cnn_onnx(tmp_path / "m.onnx")
     assert unframe.check(str(src), to="openvino")
     unframe.convert(str(src), to="openvino", output=tmp_path / "a.xml", sample_inputs=_feed(2))
@@ -144,6 +135,21 @@ def test_the_cpu_plugin_is_asked_once_for_ops_it_took(tmp_path, monkeypatch):
     unframe.convert(str(cnn_onnx(tmp_path / "m8.onnx", batch=8)), to="openvino", output=tmp_path / "c.xml",
                     sample_inputs=_feed(8))
     assert len(asked) == 2  # a static batch: other shapes, asked
+
+
+def _count_queries(importer, monkeypatch) -> list[int]:
+    """The CPU plugin's query_model wrapped to count its calls (each a model's op count): the
+    real plugin answers."""
+    asked: list[int] = []
+    real = importer.core()
+
+    class Counting:
+        def query_model(self, model, device):
+            asked.append(len(model.get_ordered_ops()))
+            return real.query_model(model, device)
+
+    monkeypatch.setattr(importer, "core", Counting)
+    return asked
 
 
 def _new_process(importer, monkeypatch) -> None:
@@ -159,17 +165,9 @@ def test_the_cpu_plugins_answers_are_kept_on_disk_for_the_next_process(tmp_path,
     that are not digests and files of another version; ``UNFRAME_CACHE_DIR=off`` keeps nothing."""
     from unframe.converters.backends.openvino import importer
 
-    asked: list[int] = []
-    real = importer.core()
-
-    class Counting:
-        def query_model(self, model, device):
-            asked.append(len(model.get_ordered_ops()))
-            return real.query_model(model, device)
-
     cache = tmp_path / "cache"
     monkeypatch.setenv("UNFRAME_CACHE_DIR", str(cache))
-    monkeypatch.setattr(importer, "core", Counting)
+    asked = _count_queries(importer, monkeypatch)
     _new_process(importer, monkeypatch)
     src = cnn_onnx(tmp_path / "m.onnx")
     assert unframe.check(str(src), to="openvino")
