@@ -88,3 +88,85 @@ def test_the_self_checks_comparison_stands_for_parity_unless_the_options_differ(
     result = unframe.convert(model, to="onnx", sample_inputs=x, atol=1e-3)
     assert result.report.stages[0].status == "passed"
     assert calls == ["export", "export"], calls  # --atol: the parity stage compares itself
+
+
+def _counted_keras_runs(monkeypatch) -> list[tuple[int, ...]]:
+    from unframe.converters.frontends._tf import runners
+
+    runs: list[tuple[int, ...]] = []
+    real = runners.KerasRunner._run
+
+    def counted(self, arrays):
+        runs.append(next(iter(arrays.values())).shape)
+        return real(self, arrays)
+
+    monkeypatch.setattr(runners.KerasRunner, "_run", counted)
+    return runs
+
+
+def test_a_batch_one_sample_is_read_from_the_batch_probes_leading_row(monkeypatch) -> None:
+    """A batch-1 sample (a training script's usual one): the batch probe repeats it, so
+    TensorFlow runs the probe alone and its first row is the sample's reference (one model run of
+    three sizes' worth fewer); onnxruntime still runs the graph at each size and matches it, and
+    the graph then answers the sample as Keras run on it alone does."""
+    import onnx_ir as ir
+    import onnxruntime as ort
+
+    model, x = _dense_model()
+    one = x[:1]
+    runs = _counted_keras_runs(monkeypatch)
+    result = unframe.convert(model, to="onnx", sample_inputs=one)
+    export = result.report.stages[0]
+    assert export.status == "passed" and export.cases == 2, export.summary()
+    assert [r[0] for r in runs] == [2], runs  # the batch probe only; parity reused it
+    assert any("leading rows" in n for n in result.notes), result.notes
+    session = ort.InferenceSession(ir.serde.serialize_model(result.model).SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
+    got = session.run(None, {session.get_inputs()[0].name: one})[0]
+    np.testing.assert_allclose(got, np.asarray(model(one, training=False)), rtol=1e-4, atol=1e-5)
+
+
+def test_rows_that_interact_make_tensorflow_run_the_sample_itself(monkeypatch) -> None:
+    """A model whose rows interact (each row plus the batch's sum): the probe's first row is not
+    the sample's answer, the check of the sample against it fails, and TensorFlow runs the sample
+    itself; the export passes on the true reference and says so."""
+
+    @keras.saving.register_keras_serializable(package="unframe_tests")
+    class PlusBatchSum(keras.layers.Layer):
+        def call(self, x):
+            return x + keras.ops.sum(x, axis=0, keepdims=True)
+
+    keras.utils.set_random_seed(0)
+    inp = keras.Input((4,), name="x")
+    model = keras.Model(inp, PlusBatchSum()(keras.layers.Dense(3)(inp)))
+    sample = np.random.default_rng(1).normal(size=(1, 4)).astype(np.float32)
+    runs = _counted_keras_runs(monkeypatch)
+    result = unframe.convert(model, to="onnx", sample_inputs=sample)
+    export = result.report.stages[0]
+    assert export.status == "passed" and export.cases == 2, export.summary()
+    assert sorted(r[0] for r in runs) == [1, 2], runs  # the probe, then the sample itself
+    assert any("ran the first feed itself after all" in n for n in result.notes), result.notes
+
+
+def test_a_drawn_probe_holds_the_first_feed_as_its_leading_rows() -> None:
+    """Without samples unframe draws both feeds; a probe that only grows an axis keeps the first
+    feed as its leading block (new values after it), so its run can stand for the first feed's."""
+    from unframe.converters.frontends._tf import axes
+
+    rng = np.random.default_rng(0)
+    first = {"x": rng.normal(size=(2, 5)).astype(np.float32), "ids": rng.integers(0, 9, (2, 7))}
+
+    def redraw(shapes):
+        r = np.random.default_rng(1)
+        return {"x": r.normal(size=shapes["x"]).astype(np.float32), "ids": r.integers(0, 9, shapes["ids"])}
+
+    probe = axes.probe_feed(first, [("x", 0), ("ids", 0)], True, redraw)
+    assert probe["x"].shape == (3, 5) and probe["ids"].shape == (3, 7)
+    assert axes.leading_rows(first, probe, [("x", 0), ("ids", 0)]) == 2
+    assert not np.array_equal(probe["x"][2], probe["x"][0])  # the added row is new data
+    # an axis other than the batch one, or a probe that shrinks: nothing stands for the first feed
+    longer = axes.probe_feed(first, [("ids", 1)], True, redraw)
+    assert axes.leading_rows(first, longer, [("ids", 1)]) == 0
+    assert axes.leading_rows(probe, first, [("x", 0), ("ids", 0)]) == 0
+    assert axes.derived_outputs([np.ones((3, 4)), np.zeros(3)], 2, 3)[0].shape == (2, 4)
+    assert axes.derived_outputs([np.ones((4, 4))], 2, 3) is None  # no batch-sized leading axis

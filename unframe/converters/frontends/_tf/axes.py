@@ -89,11 +89,52 @@ def probe_feed(first: dict[str, np.ndarray], axes: Sequence[Axis], drawn: bool,
     shapes = {k: list(v.shape) for k, v in first.items()}
     for name, axis in axes:
         shapes[name][axis] = other_size(first[name].shape[axis], drawn)
-    if drawn:
-        return redraw({k: tuple(v) for k, v in shapes.items()})
+    if drawn:  # new values; where an input only grows, the first feed is its leading block
+        fresh = redraw({k: tuple(v) for k, v in shapes.items()})
+        for name, value in first.items():
+            grown = fresh.get(name)
+            if grown is not None and grown.shape != value.shape and grown.ndim == value.ndim \
+                    and all(g >= d for g, d in zip(grown.shape, value.shape, strict=True)):
+                grown[tuple(slice(0, d) for d in value.shape)] = value
+        return fresh
     out = dict(first)
     for name, axis in axes:
         out[name] = resized(out[name], axis, shapes[name][axis])
+    return out
+
+
+def leading_rows(first: dict[str, np.ndarray], probe: dict[str, np.ndarray], changed: Sequence[Axis]) -> int:
+    """The first feed's batch size when ``probe`` is the first feed with more rows along axis 0
+    only (``changed`` all axis 0, of one size, the first feed's values its leading rows), else 0:
+    TensorFlow's outputs on the first feed are then the leading rows of its outputs on the probe,
+    unless the model's rows interact (checked: ``derived_outputs``)."""
+    if not changed or any(axis != 0 for _, axis in changed):
+        return 0
+    sizes = {first[name].shape[0] for name, _ in changed if first[name].ndim}
+    if len(sizes) != 1:
+        return 0
+    rows = sizes.pop()
+    for name, value in first.items():
+        other = probe.get(name)
+        if other is None or other.shape[1:] != value.shape[1:] or other.dtype != value.dtype:
+            return 0
+        if (name, 0) in changed:
+            if other.shape[0] <= rows or not np.array_equal(other[:rows], value):
+                return 0
+        elif other is not value and not np.array_equal(other, value):
+            return 0
+    return rows
+
+
+def derived_outputs(values: Sequence[Any], rows: int, size: int) -> list[np.ndarray] | None:
+    """The leading ``rows`` of each output of a run at batch ``size``; None when an output has no
+    batch-sized leading axis to cut (nothing is derived then)."""
+    out = []
+    for value in values:
+        array = np.asarray(value)
+        if array.ndim == 0 or array.shape[0] != size:
+            return None
+        out.append(array[:rows])
     return out
 
 
@@ -107,9 +148,11 @@ def groups(first: dict[str, np.ndarray], candidates: Sequence[Axis]) -> list[lis
 
 def choose(plan: AxesPlan, candidates: Sequence[Axis], forced: Sequence[Axis], drawn: bool,
            runs: Callable[[dict[str, np.ndarray]], str],
-           redraw: Callable[[dict[str, tuple[int, ...]]], dict[str, np.ndarray]]) -> AxesPlan:
+           redraw: Callable[[dict[str, tuple[int, ...]]], dict[str, np.ndarray]],
+           make_probe: Callable[..., dict[str, np.ndarray]] = probe_feed) -> AxesPlan:
     """Fill ``plan.dynamic`` and ``plan.probe`` by probing. ``runs(feed)`` is "" when the source
-    runs on ``feed``, else TensorFlow's reason."""
+    runs on ``feed``, else TensorFlow's reason; ``make_probe`` is ``probe_feed`` or a cache of it
+    (the same axes, the same feed object)."""
     accepted: list[Axis] = list(dict.fromkeys(forced))
     refused: list[tuple[Axis, str]] = []
     probes = 0
@@ -124,7 +167,7 @@ def choose(plan: AxesPlan, candidates: Sequence[Axis], forced: Sequence[Axis], d
                 continue
             probes += 1
             try:
-                feed = probe_feed(plan.first, accepted + trial, drawn, redraw)
+                feed = make_probe(plan.first, accepted + trial, drawn, redraw)
             except (ValueError, IndexError) as exc:  # a sample that can't be cut to that size
                 feed, problem = None, f"no probe feed: {exc}"
             else:
@@ -137,7 +180,7 @@ def choose(plan: AxesPlan, candidates: Sequence[Axis], forced: Sequence[Axis], d
             elif len(trial) == 1 or len(group) == 1:
                 refused.append((trial[0], problem))
     if accepted and plan.probe is None:  # only forced axes: one probe feed for them
-        plan.probe = probe_feed(plan.first, accepted, drawn, redraw)
+        plan.probe = make_probe(plan.first, accepted, drawn, redraw)
     plan.dynamic = accepted
     plan.notes.extend(_notes(plan, accepted, forced, refused, drawn))
     return plan
