@@ -129,6 +129,7 @@ def run_model(name: str, targets: list[str], scheme: str, settle: bool = False) 
                 "kept": list(getattr(guard, "kept_float", []) or []),
                 "det": [d.agreement for d in getattr(guard, "detections", [])],
                 "tied_rows": getattr(guard, "tied_rows", 0),
+                "quantizer": getattr(guard, "quantizer", ""),
                 "weak": list(guard.weak),
                 "size": (guard.size[1] / guard.size[0]) if getattr(guard, "size", None) else None,
                 "notes": [n for n in multi.results[t].notes if "quantiz" in n or "float" in n][:4]}
@@ -193,7 +194,8 @@ def report(records: list[dict[str, Any]], targets: list[str], header: str) -> st
                 det = ", ".join(f"{d:.0%}" for d in e.get("det") or []) or "-"
                 ties = f" ({e['tied_rows']} rows tied)" if e.get("tied_rows") else ""
                 weak = " WEAK" if e.get("weak") else ""
-                cells.append(f"passed{weak} ({top1}{ties}, {cos}, {det}), {len(e['kept'])} kept, {size}")
+                by = f", by {e['quantizer']}" if e.get("quantizer") else ""
+                cells.append(f"passed{weak} ({top1}{ties}, {cos}, {det}), {len(e['kept'])} kept, {size}{by}")
             else:
                 cells.append(f"exit {e['exit']}: {e.get('message', '')[:110]}")
         lines.append(f"| {r['name']} | {r.get('family', '?')} | " + " | ".join(cells) + f" | {r.get('wall_s', 0):.0f} |")

@@ -63,6 +63,15 @@ def row_sets(trained: Trained, rows: int = 320, batch: int = 8) -> list[dict[str
     return [{"input": trained.train[i:i + batch]} for i in range(0, rows, batch)]
 
 
+def with_an_outlier_set(trained: Trained, scale: float = 50.0) -> list[dict[str, Any]]:
+    """``row_sets`` with the fourth calibration set ``scale`` times too bright (one bad image batch
+    among 32, as real calibration folders hold): onnxruntime's min/max ranges take its extremes
+    and lose the real inputs' resolution, NNCF's ranges (averaged over the sets) barely move."""
+    sets = row_sets(trained)
+    sets[3] = {"input": sets[3]["input"] * scale}
+    return sets
+
+
 def onnx_accuracy(path: Any, trained: Trained) -> float:
     import onnxruntime as ort
 

@@ -6,6 +6,7 @@ most in float; a target that can't hold a scheme is an exit-4 refusal naming wha
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -28,6 +29,7 @@ from quant_models import (  # noqa: E402
     one_loud_channel,
     onnx_accuracy,
     row_sets,
+    with_an_outlier_set,
 )
 
 UNFRAME = Path(sys.executable).with_name("unframe")
@@ -72,6 +74,29 @@ def test_broken_calibration_fails_the_guard(tmp_path, trained) -> None:
     # the sensitivity pass tried and the message says how far it went
     assert check.rounds > 1 and f"keeping {len(check.kept_float)} layer(s) in float" in err.message
     assert not out.exists()
+
+
+def test_when_onnxruntimes_quantizer_fails_the_guard_nncfs_is_tried_before_any_layer_is_kept(tmp_path, trained) -> None:
+    """One calibration set 50x too bright: onnxruntime's min/max ranges stretch to it and its
+    artifact fails the guard; NNCF's quantizer (ranges averaged over the sets) makes a graph that
+    passes with every layer int8, and the report says which quantizer made it and why the first
+    failed. Without the fallback this conversion keeps layers in float or fails."""
+    pytest.importorskip("nncf", reason="needs nncf (Intel's quantizer, the ONNX route's second)")
+    out = tmp_path / "digits_outlier.onnx"
+    result = unframe.convert(trained.model, to="onnx", sample_inputs=torch.tensor(trained.train[:8]),
+                             quantize="int8", calibration=with_an_outlier_set(trained), output=out)
+    check = result.report.stages[-1]
+    assert check.status == "passed" and check.quantizer == "nncf" and not check.kept_float, check.summary()
+    assert len(check.others) == 1 and check.others[0].startswith("its own quantizer: output_0:"), check.others
+    assert check.details()["quantizers_failed"] == check.others
+    assert onnx_accuracy(out, trained) >= trained.float_accuracy - 0.01
+    ops = {n.op_type for n in onnx.load(str(out)).graph.node}
+    assert {"QuantizeLinear", "DequantizeLinear"} <= ops
+    assert any("NNCF" in n and "ONNX graph" in n for n in result.notes), result.notes
+    table = subprocess.run([str(UNFRAME), "inspect", str(out)], capture_output=True, text=True, timeout=300)
+    assert table.returncode == 0 and "quantized by" in table.stdout and "nncf" in table.stdout, table.stdout[-2000:]
+    # every layer's weights and inputs int8 (the last one's read through the Flatten's Reshape)
+    assert all("int8 weights per channel" in v and "float" not in v for v in check.layers.values()), check.layers
 
 
 def test_sensitivity_pass_keeps_the_costly_layers_in_float(tmp_path, trained) -> None:
@@ -302,17 +327,19 @@ def test_a_trained_detector_is_judged_by_its_detections(tmp_path, detector) -> N
 
 
 def test_a_model_that_amplifies_int8_rounding_is_told_so(tmp_path) -> None:
-    """A float model whose answer moves when its inputs are merely rounded to int8 steps (sin of a
-    thousand times its input) can't be quantized to int8 by any quantizer: the guard's failure
-    says so, after the sensitivity pass tried."""
+    """A float model whose answer moves when its inputs are merely rounded to int8 steps (sin of 200
+    times a layer's output, twice: whichever one layer is kept in float, the other's
+    int8 input is amplified) can't be quantized to int8 by either quantizer: the guard's failure
+    says so, after the other quantizer and the sensitivity pass tried. (With one such stage,
+    NNCF's quantizer passes with the first layer kept in float: it leaves the Mul's input float.)"""
 
     class Amplifier(torch.nn.Module):
         def __init__(self) -> None:
             super().__init__()
-            self.a, self.b = torch.nn.Linear(8, 32), torch.nn.Linear(32, 6)
+            self.a, self.b, self.c = torch.nn.Linear(8, 32), torch.nn.Linear(32, 32), torch.nn.Linear(32, 6)
 
         def forward(self, x):
-            return self.b(torch.sin(1000.0 * self.a(x)))
+            return self.c(torch.sin(200.0 * self.b(torch.sin(200.0 * self.a(x)))))
 
     torch.manual_seed(0)
     rng = np.random.default_rng(0)
@@ -322,6 +349,8 @@ def test_a_model_that_amplifies_int8_rounding_is_told_so(tmp_path) -> None:
                         calibration=sets, output=tmp_path / "amp.onnx")
     check = err.value.report.stages[-1]
     assert check.stage == "accuracy" and check.rounds > 1 and check.floor and check.floor in check.summary()
+    if importlib.util.find_spec("nncf") is not None:  # the other quantizer was tried and failed too
+        assert check.others and check.rounds >= 3, check.summary()
     assert "inputs merely rounded to int8 steps" in err.value.message
     assert not (tmp_path / "amp.onnx").exists()
 

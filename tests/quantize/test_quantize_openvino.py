@@ -132,6 +132,37 @@ def test_excluded_nodes_stay_float_in_the_ir(tmp_path, trained, calibration) -> 
     assert all(kept[name] == ("i8", True) for name in order[1:]), kept
 
 
+def test_onnxruntimes_int8_graph_read_by_openvino_runs_in_int8(tmp_path, trained) -> None:
+    """OpenVINO's second quantizer (tried when NNCF's IR fails the guard): onnxruntime's Q/DQ
+    graph of the float model, read by OpenVINO's ONNX frontend: every Conv and MatMul of the IR
+    reads int8 weights and a FakeQuantize'd input, the .bin is at most 0.3x the float weights, the
+    CPU plugin keeps test accuracy within a point; a node kept in float stays float."""
+    import onnx_ir as ir
+
+    from unframe.converters.backends.openvino.backend import OpenVINOBackend
+    from unframe.converters.base import Target
+    from unframe.passes.quantize import SCHEMES, QuantRequest
+
+    src = tmp_path / "digits.onnx"
+    unframe.convert(trained.model, to="onnx", sample_inputs=torch.tensor(trained.train[:8]), output=src)
+    model = ir.load(str(src))
+    sets = row_sets(trained)
+    backend = OpenVINOBackend()
+    request = QuantRequest(SCHEMES["int8"], sets, "40 sets", quantizer="onnxruntime")
+    artifact = backend.convert(model, Target("openvino", None, {"quantize": request}), tmp_path / "qdq")
+    types = weight_types(artifact.path)
+    assert types and all(t == "i8" and fq for t, fq in types.values()), types
+    float_size, stored = artifact.metadata["quantized_size"]
+    assert stored == artifact.path.with_suffix(".bin").stat().st_size and stored <= 0.3 * float_size
+    assert ir_accuracy(artifact.path, trained) >= trained.float_accuracy - 0.01
+    assert any("by onnxruntime" in n for n in artifact.notes) and not any("NNCF" in n for n in artifact.notes)
+    first = next(n.name for n in model.graph if n.op_type == "Conv")
+    kept = QuantRequest(SCHEMES["int8"], sets, "40 sets", exclude=(first,), quantizer="onnxruntime")
+    artifact = backend.convert(model, Target("openvino", None, {"quantize": kept}), tmp_path / "kept")
+    types = weight_types(artifact.path)
+    assert list(types.values())[0] == ("f32", False) and list(types.values())[1] == ("i8", True), types
+
+
 def test_sensitivity_pass_keeps_the_costly_layers_in_float(tmp_path) -> None:
     """One channel 500x larger (the next conv reads it scaled back: the same function): NNCF's
     per-tensor activation ranges can't hold it; the guard fails, the sensitivity pass keeps the

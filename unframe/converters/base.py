@@ -299,6 +299,11 @@ class Backend(_Component):
     # ``exclude`` names in float (the sensitivity pass then has something to retry with)
     quantize_schemes: tuple[str, ...] = ()
     quantize_excludes: bool = False
+    # Quantizers other than its own that its convert can use (``QuantRequest.quantizer``), each
+    # with the schemes it makes, in the order the accuracy guard tries them when its own
+    # quantizer's artifact fails (before any layer is kept in float); each name is the module
+    # that must be importable
+    other_quantizers: ClassVar[dict[str, tuple[str, ...]]] = {}
     # Why this machine's runs of the artifact say nothing about its speed ("" = they do): the
     # accuracy guard then reports no latency before and after quantization
     latency_note: str = ""

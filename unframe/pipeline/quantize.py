@@ -6,7 +6,10 @@ artifact in place of tolerance parity.
 feeds), holding out the last fifth; the backend reads it from ``target.options["quantize"]`` and
 quantizes with its vendor's tool. ``AccuracyStage`` then runs the accuracy guard
 (``unframe.validate.accuracy``) on the held-out sets, the float model (the source, or the float
-ONNX graph) against the quantized artifact's own runtime. When it fails and the backend keeps
+ONNX graph) against the quantized artifact's own runtime. When it fails, the other quantizers the
+backend can use (``Backend.other_quantizers``: NNCF for the ONNX graph, onnxruntime's Q/DQ graph
+for OpenVINO) convert in turn, before any layer is kept in float; the first that passes is kept,
+else the one that fell least short goes on. When it still fails and the backend keeps
 named ONNX nodes in float (``Backend.quantize_excludes``), the sensitivity pass ranks the layers
 on the float graph (run on calibration sets, never on the held-out ones the guard judges) and the
 branch converts again with the worst one kept in float, then (ranked
@@ -106,6 +109,12 @@ class AccuracyStage(Stage):
         check = guard(ref, candidate, held_out, thresholds, scheme=request.scheme.name)
         rounds = 1
         skipped = floor = ""
+        others: list[str] = []
+        stale = False  # the artifact converted last is not the one judged best
+        if not check:
+            check, candidate, tries, stale, others = self._other_quantizers(
+                flow, request, ref, (check, candidate), held_out, thresholds)
+            rounds += tries
         if not check and self._can_keep_float(flow):
             skipped = _sensitivity_room(flow.model)
         if not check and self._can_keep_float(flow) and not skipped:
@@ -122,15 +131,21 @@ class AccuracyStage(Stage):
                     break
                 request.exclude = (*request.exclude, *ranked[:min(step, room)])
                 self.checks._convert(flow)
+                stale = False
                 candidate, flow.candidate = _predicted(flow, flow.candidate), None
                 rounds += 1
                 check = guard(ref, candidate, held_out, thresholds, scheme=request.scheme.name)
                 if check:
                     break
+        if not check and stale:  # the report's sizes and layers are those of the artifact judged best
+            self.checks._convert(flow)
+            flow.candidate = None
         if not check and request.scheme.activations != "float":
             floor = in_parity_time(flow, "the float model on int8-rounded inputs",
                                    lambda: input_floor(ref, held_out, thresholds))
         check.calibration = request.origin
+        check.quantizer = request.quantizer
+        check.others = others
         check.kept_float = list(request.exclude)
         check.rounds = rounds
         check.floor = floor
@@ -155,11 +170,61 @@ class AccuracyStage(Stage):
                               "the artifact itself was not run")
         flow.reference = candidate
 
+    def _other_quantizers(self, flow: Flow, request: Any, ref: Any, first: tuple[Any, Any], held_out: Any,
+                          thresholds: Any) -> tuple[Any, Any, int, bool, list[str]]:
+        """The backend's own quantizer failed the guard: each other it can use for the scheme
+        (``Backend.other_quantizers``, where importable; only on routes through ONNX, whose
+        graph they quantize) converts in turn, until one passes. Returns the check and runner
+        of the one that passed, else of the one that fell least short (``shortfall``; the
+        request names it, for the sensitivity pass to go on with), the conversions made,
+        whether the last one converted is not that one, and why each other failed."""
+        import importlib.util
+
+        from unframe.validate.accuracy import guard, shortfall
+
+        names = [name for name, schemes in self.checks.backend.other_quantizers.items()
+                 if request.scheme.name in schemes and importlib.util.find_spec(name) is not None]
+        if flow.model is None or not names:
+            return (*first, 0, False, [])
+        own = request.quantizer
+        judged = [(own, *first)]
+        for name in names:
+            request.quantizer = name
+            try:
+                self.checks._convert(flow)
+            except Exception as exc:  # noqa: BLE001 - that quantizer can't make this model: the others stand
+                judged.append((name, _failed_conversion(first[0], exc), None))
+                continue
+            candidate, flow.candidate = _predicted(flow, flow.candidate), None
+            check = guard(ref, candidate, held_out, thresholds, scheme=request.scheme.name)
+            judged.append((name, check, candidate))
+            if check:
+                break
+        best = min(range(len(judged)), key=lambda i: shortfall(judged[i][1], thresholds))
+        name, check, candidate = judged[best]
+        request.quantizer = name
+        failed = [f"{n or 'its own quantizer'}: {c.reason[:200]}" for i, (n, c, _) in enumerate(judged)
+                  if i != best and not c]
+        converted = [j for j in judged if j[2] is not None or j[0] == own]
+        return check, candidate, len(judged) - 1, judged[best] is not converted[-1], failed
+
     def _can_keep_float(self, flow: Flow) -> bool:
         return flow.model is not None and self.checks.backend.quantize_excludes
 
     def describe(self) -> str:
         return super().describe().replace("parity  ", "accuracy")
+
+
+def _failed_conversion(like: Any, exc: Exception) -> Any:
+    """A failed check standing for a quantizer that could not convert the model."""
+    from dataclasses import replace
+
+    from unframe.validate.compare import FAILED
+
+    text = exc.message if isinstance(exc, UnframeError) else f"{type(exc).__name__}: {exc}"
+    failed = replace(like, status=FAILED, reason=f"it could not convert the model ({' '.join(text.split())[:160]})")
+    failed.run_failure = failed.reason
+    return failed
 
 
 def _predicted(flow: Flow, candidate: Any) -> Any:

@@ -67,6 +67,8 @@ class AccuracyCheck(StageParity):
     floor: str = ""  # an int8 failure: the float model's own answer to int8-rounded inputs (input_floor)
     detections: list[Any] = field(default_factory=list)  # validate.detections.DetectionAgreement per detector
     tied_rows: int = 0  # top-1 rows that agree only through a tie within one int8 step
+    quantizer: str = ""  # another quantizer than the backend's own made the artifact judged
+    others: list[str] = field(default_factory=list)  # "name: why its artifact failed", each quantizer tried before
 
     def details(self) -> dict[str, Any]:
         """What provenance keeps of the guard (``inspect`` shows it)."""
@@ -77,7 +79,8 @@ class AccuracyCheck(StageParity):
                 "layers_source": self.layers_source, "layers": dict(list(self.layers.items())[:LAYERS_KEPT]),
                 "latency": self.latency.as_dict() if self.latency is not None else None,
                 "latency_note": self.latency_note, "tied_rows": self.tied_rows, "floor": self.floor,
-                "detections": [d.describe() for d in self.detections]}
+                "detections": [d.describe() for d in self.detections],
+                "quantizer": self.quantizer, "quantizers_failed": list(self.others)}
 
     def summary(self) -> str:
         parts = [f"{self.stage} ({self.scheme}): " + ("FAILED" if self.status == FAILED else "passed")
@@ -96,6 +99,10 @@ class AccuracyCheck(StageParity):
         parts.append(f"needs {self.thresholds}")
         if self.calibration:
             parts.append(f"calibrated on {self.calibration}")
+        if self.quantizer:
+            parts.append(f"quantized by {self.quantizer}")
+        if self.others:
+            parts.append("failed first: " + "; ".join(self.others))
         if self.kept_float:
             shown = ", ".join(self.kept_float[:5]) + (f" +{len(self.kept_float) - 5} more" if len(self.kept_float) > 5 else "")
             parts.append(f"{len(self.kept_float)} layer(s) kept in float ({shown})")
@@ -124,6 +131,28 @@ LAYERS_KEPT = 2000  # layers listed in provenance; past it the summary's counts 
 def scheme_counts(layers: Mapping[str, str]) -> str:
     """``"20 int8 ..., 2 float (kept ...)"``: the schemes by how many layers hold each."""
     return ", ".join(f"{n} {s}" for s, n in Counter(layers.values()).most_common())
+
+
+def shortfall(check: AccuracyCheck, thresholds: Any) -> float:
+    """How far ``check`` falls below ``thresholds``: 0 when it passes, else the sum of each
+    measure's gap below its threshold (infinite when the artifact could not run a set). The
+    accuracy stage keeps the quantizer whose artifact falls least short."""
+    if check:
+        return 0.0
+    if getattr(check, "run_failure", ""):
+        return float("inf")
+    gap = 0.0
+    if check.top1 is not None:
+        gap += max(0.0, thresholds.top1 - check.top1)
+    if check.cosine:
+        gap += max(0.0, thresholds.cos - min(check.cosine.values()))
+    gap += sum(max(0.0, thresholds.det - d.agreement) for d in check.detections)
+    if check.tokens is not None:
+        gap += max(0.0, thresholds.tokens - check.tokens)
+    if check.perplexity is not None:
+        before, after = check.perplexity
+        gap += max(0.0, after / max(before, 1e-12) - 1.0 - thresholds.ppl)
+    return gap if gap > 0 else float("inf")  # failed on what no measure counts (a missing output)
 
 
 def guard(reference: Runner, candidate: Runner, feeds: Sequence[Mapping[str, np.ndarray]],

@@ -44,6 +44,9 @@ class OnnxBackend(Backend):
     option_names = ("precision", "sample_shapes")
     quantize_schemes = ("int8", "int8-dynamic", "w8", "w4")
     quantize_excludes = True
+    # NNCF's ONNX backend (passes/quantize/onnx_quant.nncf_quantize): its ranges averaged over
+    # the calibration sets hold where onnxruntime's extremes don't (an outlier set)
+    other_quantizers = {"nncf": ("int8",)}
 
     def distributions(self) -> tuple[str, ...]:
         return ("onnx", "onnx-ir")

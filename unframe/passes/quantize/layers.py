@@ -77,12 +77,17 @@ def _weight_scheme(weight: ir.Value | None, activation: ir.Value | None, name: s
         how = "per tensor"
     text = f"{bits} weights {how}"
     act = activation.producer() if activation is not None else None
+    while act is not None and act.op_type in MOVES_ONLY and act.inputs and act.inputs[0] is not None:
+        act = act.inputs[0].producer()  # int8 values reshaped are int8 still (NNCF's Q/DQ before a Flatten)
     if act is not None and act.op_type == "DequantizeLinear":
         act_type = _dtype(act.inputs[0] if act.inputs else None)
         text += f", {str(act_type.name).lower() if act_type else 'int8'} activations"
     else:
         text += ", float activations"
     return text
+
+
+MOVES_ONLY = ("Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze")  # ops that only move values
 
 
 def _dtype(value: ir.Value | None) -> ir.DataType | None:

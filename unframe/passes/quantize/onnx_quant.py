@@ -60,13 +60,86 @@ def name_nodes(model: ir.Model) -> None:
 
 def quantize_onnx(model: ir.Model, request: QuantRequest, *, symmetric_activations: bool = False
                   ) -> tuple[ir.Model, list[str]]:
-    """A quantized copy of ``model`` (the float graph is left as it is) and notes on what was done."""
+    """A quantized copy of ``model`` (the float graph is left as it is) and notes on what was done:
+    by onnxruntime's quantizer (and unframe's weight-only pass), or by NNCF's ONNX backend where
+    the request names it (``request.quantizer == "nncf"``, static int8 only)."""
     scheme = request.scheme
     work = model.clone()
     name_nodes(work)
+    if request.quantizer == "nncf":
+        return nncf_quantize(work, request)
     if scheme.activations == "float":
         return weight_only(work, scheme.weight_bits, set(request.exclude))
     return _onnxruntime_quantize(work, request, symmetric_activations)
+
+
+NNCF_OPSET = 13  # NNCF quantizes per channel from opset 13 (per tensor below it)
+
+
+def nncf_quantize(model: ir.Model, request: QuantRequest) -> tuple[ir.Model, list[str]]:
+    """Static int8 by NNCF's ONNX backend (Intel's quantizer, as the OpenVINO route uses it):
+    Q/DQ pairs in the ONNX graph, weights per output channel, activation ranges averaged over the
+    calibration sets (onnxruntime's min/max takes their extremes), fast bias correction; a graph
+    with attention by NNCF's transformer rules; weights held to 7 bits on a CPU without VNNI
+    (``OverflowFix.ENABLE``). onnxruntime runs the result."""
+    import nncf
+    from nncf.quantization.advanced_parameters import AdvancedQuantizationParameters, OverflowFix
+
+    from unframe.distributions import dist_version
+    from unframe.opset import main_opset
+
+    if request.scheme.name != "int8":
+        raise ValueError(f"NNCF's ONNX quantizer makes static int8, not {request.scheme.name}")
+    if (main_opset(model) or 0) < NNCF_OPSET:
+        from unframe import version_converter
+
+        version_converter.convert_opset(model, NNCF_OPSET)
+    proto = ir.to_proto(model)
+    del proto.graph.value_info[:]  # NNCF infers shapes itself; a stale exporter shape misleads it
+    inputs = [i.name for i in proto.graph.input]
+    feeds = [{name: np.asarray(feed[name]) for name in inputs if name in feed} for feed in request.calibration]
+    kwargs: dict[str, Any] = {}
+    if request.exclude:
+        kwargs["ignored_scope"] = nncf.IgnoredScope(names=list(request.exclude), validate=False)
+    transformer = has_attention(model)
+    if transformer:
+        kwargs["model_type"] = nncf.ModelType.TRANSFORMER
+    seven = saturates_int8()
+    if seven:
+        kwargs["advanced_parameters"] = AdvancedQuantizationParameters(overflow_fix=OverflowFix.ENABLE)
+    logger = logging.getLogger("nncf")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        with contextlib.redirect_stdout(None), _quiet_root_logger():  # its progress bars
+            quantized = nncf.quantize(proto, nncf.Dataset(feeds), subset_size=len(feeds), **kwargs)
+    finally:
+        logger.setLevel(level)
+    out = ir.serde.deserialize_model(quantized)
+    what = (f"int8 QDQ by NNCF {dist_version('nncf') or '?'} (nncf.quantize on the ONNX graph"
+            + (", model_type=TRANSFORMER" if transformer else "") + f", calibrated on {request.origin}): "
+            "weights per channel, activation ranges averaged over the sets, fast bias correction"
+            + ("; weights held to 7 bits (OverflowFix.ENABLE): this CPU has no VNNI" if seven else ""))
+    counts = _count_ops(out, ("QuantizeLinear", "DequantizeLinear"))
+    excluded = list(request.exclude)
+    return out, [f"{what}; {counts}" + (f"; kept in float: {', '.join(excluded)}" if excluded else "")]
+
+
+ATTENTION_HOPS = 3
+
+
+def has_attention(model: ir.Model) -> bool:
+    """Whether the graph holds attention as NNCF's transformer rules expect it: a Softmax whose
+    output a MatMul reads within ``ATTENTION_HOPS`` nodes (a classifier's Softmax is its answer)."""
+    for node in model.graph:
+        if node.op_type != "Softmax":
+            continue
+        frontier = [node]
+        for _ in range(ATTENTION_HOPS):
+            frontier = [user for n in frontier for out in n.outputs for user, _ in out.uses()]
+            if any(n.op_type == "MatMul" for n in frontier):
+                return True
+    return False
 
 
 def _onnxruntime_quantize(model: ir.Model, request: QuantRequest, symmetric: bool) -> tuple[ir.Model, list[str]]:

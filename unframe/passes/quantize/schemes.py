@@ -100,9 +100,14 @@ class QuantRequest:
     origin: str = ""  # "24 sets from calib.npz", "32 sets drawn by unframe"
     drawn: bool = False
     exclude: tuple[str, ...] = ()
+    # "" = the backend's own quantizer; else another it can use (``Backend.other_quantizers``),
+    # tried when its own artifact failed the accuracy guard
+    quantizer: str = ""
 
     def describe(self) -> str:
         text = self.scheme.name
+        if self.quantizer:
+            text += f" by {self.quantizer}"
         if self.scheme.calibrated:
             text += f", calibrated on {self.origin}"
         if self.exclude:

@@ -60,6 +60,9 @@ class OpenVINOBackend(Backend):
     # become NNCF's ignored scope
     quantize_schemes = ("int8", "w8", "w4")
     quantize_excludes = True
+    # onnxruntime's Q/DQ graph (passes/quantize/onnx_quant), which OpenVINO's ONNX frontend reads
+    # as FakeQuantize ops and its CPU plugin runs in int8 (``_convert``)
+    other_quantizers = {"onnxruntime": ("int8",)}
     direct_modules = {"torch": "unframe.converters.backends.openvino.direct",
                       "tf": "unframe.converters.backends.openvino.direct"}
     direct_tools = {"torch": "torch.export, OpenVINO's PyTorch frontend",
@@ -115,6 +118,9 @@ class OpenVINOBackend(Backend):
         from unframe.converters.backends.openvino.shapes import apply_shapes, plan_shapes
         from unframe.converters.backends.openvino.weights import marked_fp32
 
+        request = target.get("quantize")
+        if request is not None and request.quantizer == "onnxruntime":
+            return self._convert_qdq(model, target, workdir, request)
         imported = self._import(model)
         _IMPORTS.pop(model, None)  # the converted model is changed below: a retry imports again
         blockers = imported.blockers + option_blockers(model, target)
@@ -131,6 +137,31 @@ class OpenVINOBackend(Backend):
         outputs = [{"name": v.name, "dtype": _np_name(v.dtype)} for v in model.graph.outputs]
         return finish(converted, target, workdir, outputs, notes, fp16_weights=not marked,
                       ignored=_ignored(model, converted, target, notes))
+
+    def _convert_qdq(self, model: ir.Model, target: Target, workdir: Path, request: Any) -> Artifact:
+        """``--quantize int8`` by onnxruntime's quantizer in place of NNCF (tried when NNCF's IR
+        fails the accuracy guard): the Q/DQ graph onnxruntime makes of the float graph (its
+        excluded nodes left float), read by OpenVINO's ONNX frontend, which turns each Q/DQ pair
+        into a FakeQuantize op and keeps the int8 weights as int8 constants; the CPU plugin runs
+        them in int8."""
+        from unframe.converters.backends.openvino.quantize import onnx_float_bytes
+        from unframe.converters.backends.openvino.shapes import apply_shapes, plan_shapes
+        from unframe.passes.quantize.onnx_quant import quantize_onnx
+
+        qdq, said = quantize_onnx(model, request)
+        imported = self._import(qdq)
+        _IMPORTS.pop(qdq, None)
+        blockers = imported.blockers + option_blockers(model, target)
+        if blockers:
+            raise UnsupportedError(f"onnxruntime's int8 graph can't be converted to OpenVINO IR ({len(blockers)} "
+                                   "blockers)", "use OpenVINO's own quantizer (NNCF)", blockers=blockers)
+        converted = imported.model
+        notes = imported.notes + apply_shapes(converted, plan_shapes(model, target.options))
+        notes += [f"quantized int8 by onnxruntime: {said[0]}" if said else "quantized int8 by onnxruntime",
+                  "OpenVINO's ONNX frontend read the Q/DQ pairs as FakeQuantize ops (int8 weights kept int8)"]
+        outputs = [{"name": v.name, "dtype": _np_name(v.dtype)} for v in model.graph.outputs]
+        return finish(converted, target, workdir, outputs, notes, fp16_weights=False,
+                      float_size=onnx_float_bytes(model))
 
     # -- run ----------------------------------------------------------------------------------
     def runner(self, artifact: Artifact, target: Target) -> Runner:
@@ -205,18 +236,19 @@ class OpenVINOBackend(Backend):
 
 
 def finish(converted: Any, target: Target, workdir: Path, outputs: list[dict[str, Any]],
-           notes: list[str], fp16_weights: bool = True, ignored: list[str] | None = None) -> Artifact:
+           notes: list[str], fp16_weights: bool = True, ignored: list[str] | None = None,
+           float_size: int | None = None) -> Artifact:
     """The artifact of a converted ``openvino.Model`` (any route): quantized by NNCF when the
-    target asks (``ignored``: op names kept in float), saved under ``workdir`` at the target's
-    precision (fp16 weights unless ``fp16_weights`` is False, or NNCF stored them) and read
-    back, so parity runs the IR that is written."""
+    target asks (``ignored``: op names kept in float) unless it came quantized (``float_size``:
+    the float weights' bytes then), saved under ``workdir`` at the target's precision (fp16
+    weights unless ``fp16_weights`` is False, or the quantizer stored them) and read back, so
+    parity runs the IR that is written."""
     from unframe.converters.backends.openvino.runner import read_ir
     from unframe.converters.backends.openvino.weights import save_ir, weight_precisions
 
     notes = list(notes)
     request = target.get("quantize")
-    float_size = None
-    if request is not None:
+    if request is not None and float_size is None:
         converted, float_size = _quantize(converted, request, ignored or [], notes)
     compress = _precision(target) == "fp16" and fp16_weights and request is None
     xml = workdir / "model.xml"

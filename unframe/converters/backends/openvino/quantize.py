@@ -96,6 +96,20 @@ def float_bytes(converted: Any) -> int:
     return total
 
 
+def onnx_float_bytes(model: Any) -> int:
+    """Bytes of an ONNX graph's initializers with every float one counted as float32 (as
+    ``float_bytes`` counts an IR's constants)."""
+    from unframe import io
+
+    total = 0
+    for value in io.all_initializers(model):
+        tensor = value.const_value
+        if tensor is not None:
+            floating = tensor.dtype.is_floating_point()
+            total += int(tensor.size) * 4 if floating else int(tensor.nbytes)
+    return total
+
+
 def quantize_ov(converted: Any, request: Any, ignored: Sequence[str] = ()) -> tuple[Any, list[str]]:
     """``converted`` quantized as ``request`` asks (see the module's doc), and notes."""
     import nncf
@@ -191,4 +205,4 @@ def _version() -> str:
     return dist_version("nncf") or "?"
 
 
-__all__ = ["float_bytes", "ov_names", "quantize_ov", "summary"]
+__all__ = ["float_bytes", "onnx_float_bytes", "ov_names", "quantize_ov", "summary"]
