@@ -45,17 +45,8 @@ def _dense_model():
 def test_the_parity_reference_reuses_tensorflows_own_runs_of_the_export(monkeypatch) -> None:
     """The export's probes ran TensorFlow on both parity feeds: the parity stage's reference
     returns those outputs instead of running the model again (was 4 runs: 2 probes, 2 parity)."""
-    from unframe.converters.frontends._tf import runners
-
     model, x = _dense_model()
-    runs: list[tuple[int, ...]] = []
-    real = runners.KerasRunner._run
-
-    def counted(self, arrays):
-        runs.append(next(iter(arrays.values())).shape)
-        return real(self, arrays)
-
-    monkeypatch.setattr(runners.KerasRunner, "_run", counted)
+    runs = _counted_keras_runs(monkeypatch)
     result = unframe.convert(model, to="onnx", sample_inputs=x)
     assert result.report.stages[0].status == "passed" and result.report.stages[0].cases == 2
     assert len(runs) == 2 and runs[0][0] != runs[1][0], runs  # the samples and the batch probe, once each
