@@ -20,12 +20,14 @@ def _frontends_backends() -> list[str]:
         for name, comp in reg.items():
             lines.append(f"| {kind} | {name} | {comp.extra or '(core)'} | {' '.join(comp.suffixes)} | {comp.description} |")
     lines += ["", "## Routes and quantization per backend", "",
-              "| backend | through ONNX | direct from | `--quantize` schemes | keeps layers in float |",
-              "|---|---|---|---|---|"]
+              "| backend | through ONNX | direct from | `--quantize` schemes | keeps layers in float "
+              "| other quantizer (tried when its own fails the guard) |",
+              "|---|---|---|---|---|---|"]
     for name, be in BACKENDS.items():
         direct = ", ".join(f"{fe} ({be.direct_tools.get(fe, '')})" for fe in be.direct_from) or "-"
+        others = ", ".join(f"{q} ({', '.join(schemes)})" for q, schemes in be.other_quantizers.items()) or "-"
         lines.append(f"| {name} | {'yes' if be.onnx_route else 'no'} | {direct} | "
-                     f"{', '.join(be.quantize_schemes) or '-'} | {'yes' if be.quantize_excludes else 'no'} |")
+                     f"{', '.join(be.quantize_schemes) or '-'} | {'yes' if be.quantize_excludes else 'no'} | {others} |")
     return lines + [""]
 
 
