@@ -4,13 +4,15 @@ The only torchvision 0.28 wheel on the registry is built against a CUDA torch: i
 extension does not load with torch 2.13.0+cpu, and ``import torchvision`` then fails with
 ``operator torchvision::nms does not exist`` (torchvision registers a fake kernel for ``nms`` and
 ``qnms`` whether or not its extension loaded). Classification and segmentation models never call
-those C++ ops, and detection models call only ``nms`` (and ``roi_align``, which torchvision
-already computes in pure torch when its extension is missing).
+those C++ ops, and detection models call only ``nms`` and ``roi_align`` (which torchvision computes
+in pure torch without its extension, through ``torch.compile``: TorchScript's tracer refuses that).
 
 ``import_torchvision()`` (or ``install_import_hook()``, for any later import) therefore defines the two schemas the import needs,
 ``torchvision::nms`` and ``torchvision::qnms``, with a pure-torch CPU kernel (greedy suppression
 in score order, a box suppressed when its IoU with a kept box exceeds the threshold, as the C++
-kernel does), lets ``torchvision.ops.nms`` call it, and then imports torchvision. When the wheel's
+kernel does), lets ``torchvision.ops.nms`` call it, and then imports torchvision; and
+``torchvision::roi_align`` with torchvision's own pure-torch kernel, which ``import_torchvision``
+makes ``ops.roi_align`` call as it calls the C++ op (Faster R-CNN then exports as users' does). When the wheel's
 own extension loads (a torchvision built for this torch), nothing is patched.
 
 Install torchvision without its dependencies so pip leaves the torch pin alone:
@@ -42,6 +44,11 @@ def import_torchvision() -> ModuleType:
     if _LIBRARY:
         # torchvision.ops.nms refuses to run without its extension; the schema defined is there
         torchvision.ops.boxes._assert_has_ops = _ops_defined
+        # roi_align calls the op defined here, as with its extension, not its torch.compile'd
+        # pure-torch fallback, which TorchScript's tracer refuses (Faster R-CNN's export)
+        roi_align = sys.modules["torchvision.ops.roi_align"]
+        roi_align._has_ops = _ops_present
+        roi_align._assert_has_ops = _ops_defined
     return torchvision
 
 
@@ -74,6 +81,11 @@ def install_import_hook() -> None:
         sys.meta_path.insert(0, _BeforeTorchvision())
 
 
+def _ops_present() -> bool:
+    """Stands in for torchvision's ``_has_ops`` in its roi_align module: the op is defined."""
+    return True
+
+
 def _ops_defined() -> None:
     """Stands in for torchvision's ``_assert_has_ops`` (a plain function: batched_nms is
     scripted while tracing, and TorchScript compiles what it calls from source)."""
@@ -104,7 +116,22 @@ def _define_nms() -> None:
     for name in ("nms", "qnms"):
         library.define(name + NMS_SCHEMA)
         library.impl(name, nms_reference, "CPU")
+    library.define("roi_align" + ROI_ALIGN_SCHEMA)
+    library.impl("roi_align", roi_align_reference, "CPU")
     _LIBRARY.append(library)
+
+
+ROI_ALIGN_SCHEMA = ("(Tensor input, Tensor rois, float spatial_scale, SymInt pooled_height, "
+                    "SymInt pooled_width, int sampling_ratio, bool aligned) -> Tensor")
+
+
+def roi_align_reference(input: Any, rois: Any, spatial_scale: float, pooled_height: int,
+                        pooled_width: int, sampling_ratio: int, aligned: bool) -> Any:
+    """torchvision's own pure-torch RoIAlign (``ops.roi_align._roi_align``, unwrapped from the
+    ``torch.compile`` it applies lazily), the kernel of the ``torchvision::roi_align`` op."""
+    module = sys.modules["torchvision.ops.roi_align"]
+    kernel = getattr(module._roi_align, "__wrapped__", module._roi_align)
+    return kernel(input, rois, spatial_scale, pooled_height, pooled_width, sampling_ratio, aligned)
 
 
 def nms_reference(dets: Any, scores: Any, iou_threshold: float) -> Any:
