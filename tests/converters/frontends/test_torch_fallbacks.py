@@ -119,6 +119,27 @@ def test_nms_reference_matches_the_definition() -> None:
     assert shim.nms_reference(boxes, scores, 0.95).tolist() == [3, 0, 1, 2]
 
 
+def test_roi_align_runs_as_an_op_the_tracer_records() -> None:
+    """Without torchvision's C++ ops, ``roi_align`` ran a ``torch.compile``d function that
+    TorchScript's tracer refuses (Faster R-CNN could not export here); the shim defines the op
+    with torchvision's pure-torch kernel: on a ramp f(y, x) = x, each bin's single centre sample
+    is the ramp at that centre, and a trace records ``torchvision::roi_align``, which torch.onnx
+    exports as RoiAlign."""
+    tv = _torchvision()
+    ramp = torch.arange(16, dtype=torch.float32).repeat(1, 1, 16, 1)  # [1, 1, 16, 16], value = x
+    boxes = torch.tensor([[0, 2.0, 3.0, 10.0, 11.0]])  # batch index, x1, y1, x2, y2
+    out = tv.ops.roi_align(ramp, boxes, output_size=(2, 4), spatial_scale=1.0, sampling_ratio=1, aligned=True)
+    centres = 2.0 + (torch.arange(4) + 0.5) * (10.0 - 2.0) / 4 - 0.5
+    assert torch.allclose(out[0, 0], centres.expand(2, 4)), out
+
+    class Pool(torch.nn.Module):
+        def forward(self, x: Any, b: Any) -> Any:
+            return tv.ops.roi_align(x, b, output_size=(2, 2), spatial_scale=1.0, sampling_ratio=2, aligned=True)
+
+    traced = torch.jit.trace(Pool(), (ramp, boxes))
+    assert "torchvision::roi_align" in str(traced.graph)
+
+
 @pytest.fixture(scope="module")
 def ssdlite_onnx(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Path, Any]:
     """SSDLite (as torchvision builds it, seeded) and its ONNX export: (model, path, image)."""
