@@ -256,5 +256,17 @@ def detector_int8(detector: Detector, to: str, out: Any, sets: list[dict[str, np
                            quantize="int8", calibration=sets, output=out)
 
 
+def downstream(graph: Any, op_type: str) -> list[Any]:
+    """The nodes of an ``onnx_ir`` graph that the ``op_type`` nodes feed, directly or through others."""
+    seen: dict[int, Any] = {}
+    frontier = [u for n in graph if n.op_type == op_type for v in n.outputs for u, _ in v.uses()]
+    while frontier:
+        node = frontier.pop()
+        if id(node) not in seen:
+            seen[id(node)] = node
+            frontier.extend(u for v in node.outputs for u, _ in v.uses())
+    return list(seen.values())
+
+
 def detector_sets(detector: Detector) -> list[dict[str, np.ndarray]]:
     return [{"x": detector.train[i:i + 1]} for i in range(40)]

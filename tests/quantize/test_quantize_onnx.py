@@ -302,11 +302,12 @@ def test_a_trained_detector_is_judged_by_its_detections(tmp_path, detector) -> N
     score-weighted), not as score rows; int8 keeps the digits it finds; a broken calibration
     fails on its detections."""
     import onnxruntime as ort
-    from quant_models import detector_int8, detector_recall, detector_sets
+    from quant_models import detector_int8, detector_recall, detector_sets, downstream
 
     d, float_recall = detector
     out = tmp_path / "detector_int8.onnx"
-    check = detector_int8(d, "onnx", out).report.stages[-1]
+    result = detector_int8(d, "onnx", out)
+    check = result.report.stages[-1]
     assert check.stage == "accuracy" and check.status == "passed", check.summary()
     (found,) = check.detections
     assert found.outputs.names == tuple(v.name for v in onnx.load(out).graph.output), found.outputs
@@ -317,6 +318,14 @@ def test_a_trained_detector_is_judged_by_its_detections(tmp_path, detector) -> N
     session = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
     recall = detector_recall(lambda c: session.run(None, {session.get_inputs()[0].name: c}), d)
     assert recall >= float_recall - 0.05, (recall, float_recall)
+    # its post-processing (gathering the four best cells, decoding their boxes in pixels) stays
+    # float: onnxruntime's quantizer would put Q/DQ pairs on its Mul and Add
+    graph = ir.load(out).graph
+    after = downstream(graph, "TopK")
+    assert {"GatherND", "Mul", "Add"} <= {n.op_type for n in after}, sorted(n.op_type for n in after)
+    assert not [n.name for n in after if n.op_type in ("QuantizeLinear", "DequantizeLinear")]
+    assert any(n.op_type == "QuantizeLinear" for n in graph)  # the network itself is int8
+    assert any("post-processing kept in float" in n and "TopK" in n for n in result.notes), result.notes
 
     sets = detector_sets(d)
     broken = [{"x": s["x"] * 1000.0} for s in sets[:32]] + sets[32:]

@@ -217,6 +217,17 @@ def test_a_trained_detector_keeps_its_detections(tmp_path, detector) -> None:
     compiled = ov.Core().compile_model(str(out), "CPU")
     recall = detector_recall(lambda c: [v for v in compiled(c).values()], d)
     assert recall >= float_recall - 0.05, (recall, float_recall)
+    # the post-processing after its TopK (gathering the best cells, decoding their boxes) stays float
+    model = ov.Core().read_model(str(out))
+    seen, frontier = set(), [c.get_node() for op in model.get_ordered_ops() if op.get_type_name() == "TopK"
+                              for o in op.outputs() for c in o.get_target_inputs()]
+    while frontier:
+        op = frontier.pop()
+        if op.get_friendly_name() not in seen:
+            seen.add(op.get_friendly_name())
+            frontier += [c.get_node() for o in op.outputs() for c in o.get_target_inputs()]
+    after = {op.get_type_name() for op in model.get_ordered_ops() if op.get_friendly_name() in seen}
+    assert "Multiply" in after and "FakeQuantize" not in after, sorted(after)
 
 
 def test_attention_is_quantized_by_nncfs_transformer_rules(tmp_path, trained) -> None:

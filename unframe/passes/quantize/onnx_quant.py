@@ -13,7 +13,9 @@
       before:  x ─► MatMul(x, W float32[K, N])
       after:   W_q int4[K, N], W_scale float32[K/32, N] ─► DequantizeLinear(axis=0, block_size=32) ─► MatMul
 
-Nodes named in ``QuantRequest.exclude`` stay in float (the sensitivity pass picks them).
+Nodes named in ``QuantRequest.exclude`` stay in float (the sensitivity pass picks them), and so,
+for the activation schemes, does the post-processing after a data-dependent selection
+(``postprocess.after_selection``: a detector's NMS and box decoding).
 """
 
 from __future__ import annotations
@@ -48,14 +50,24 @@ WEIGHTED: dict[str, tuple[int, Any]] = {
 
 def name_nodes(model: ir.Model) -> None:
     """Every node gets a name (the quantizers and the sensitivity pass address nodes by it)."""
+    for node, name in zip(model.graph, node_names(model), strict=True):
+        node.name = name
+
+
+def node_names(model: ir.Model) -> list[str]:
+    """The name ``name_nodes`` gives each node, in graph order, the graph left as it is: its own,
+    else its op and place (``Conv_3``)."""
     taken = {n.name for n in model.graph if n.name}
+    names = []
     for i, node in enumerate(model.graph):
-        if not node.name:
+        name = node.name
+        if not name:
             name = f"{node.op_type}_{i}"
             while name in taken:
                 name += "_"
-            node.name = name
             taken.add(name)
+        names.append(name)
+    return names
 
 
 def quantize_onnx(model: ir.Model, request: QuantRequest, *, symmetric_activations: bool = False
@@ -63,25 +75,30 @@ def quantize_onnx(model: ir.Model, request: QuantRequest, *, symmetric_activatio
     """A quantized copy of ``model`` (the float graph is left as it is) and notes on what was done:
     by onnxruntime's quantizer (and unframe's weight-only pass), or by NNCF's ONNX backend where
     the request names it (``request.quantizer == "nncf"``, static int8 only)."""
+    from unframe.passes.quantize import postprocess
+
     scheme = request.scheme
     work = model.clone()
     name_nodes(work)
-    if request.quantizer == "nncf":
-        return nncf_quantize(work, request)
-    if scheme.activations == "float":
+    if scheme.activations == "float":  # weight-only: post-processing has no weights to quantize
         return weight_only(work, scheme.weight_bits, set(request.exclude))
-    return _onnxruntime_quantize(work, request, symmetric_activations)
+    post = postprocess.after_selection(work)
+    quantized, notes = (nncf_quantize(work, request, post) if request.quantizer == "nncf"
+                        else _onnxruntime_quantize(work, request, symmetric_activations, post))
+    return quantized, notes + [postprocess.describe(post, work)] * bool(post)
 
 
 NNCF_OPSET = 13  # NNCF quantizes per channel from opset 13 (per tensor below it)
 
 
-def nncf_quantize(model: ir.Model, request: QuantRequest) -> tuple[ir.Model, list[str]]:
+def nncf_quantize(model: ir.Model, request: QuantRequest, post: list[str] | tuple[str, ...] = ()
+                  ) -> tuple[ir.Model, list[str]]:
     """Static int8 by NNCF's ONNX backend (Intel's quantizer, as the OpenVINO route uses it):
     Q/DQ pairs in the ONNX graph, weights per output channel, activation ranges averaged over the
     calibration sets (onnxruntime's min/max takes their extremes), fast bias correction; a graph
     with attention by NNCF's transformer rules; weights held to 7 bits on a CPU without VNNI
-    (``OverflowFix.ENABLE``). onnxruntime runs the result."""
+    (``OverflowFix.ENABLE``). onnxruntime runs the result. The nodes ``request.exclude`` and
+    ``post`` (the post-processing, ``postprocess.after_selection``) name stay float."""
     import nncf
     from nncf.quantization.advanced_parameters import AdvancedQuantizationParameters, OverflowFix
 
@@ -99,8 +116,8 @@ def nncf_quantize(model: ir.Model, request: QuantRequest) -> tuple[ir.Model, lis
     inputs = [i.name for i in proto.graph.input]
     feeds = [{name: np.asarray(feed[name]) for name in inputs if name in feed} for feed in request.calibration]
     kwargs: dict[str, Any] = {}
-    if request.exclude:
-        kwargs["ignored_scope"] = nncf.IgnoredScope(names=list(request.exclude), validate=False)
+    if request.exclude or post:
+        kwargs["ignored_scope"] = nncf.IgnoredScope(names=[*request.exclude, *post], validate=False)
     transformer = has_attention(model)
     if transformer:
         kwargs["model_type"] = nncf.ModelType.TRANSFORMER
@@ -142,7 +159,8 @@ def has_attention(model: ir.Model) -> bool:
     return False
 
 
-def _onnxruntime_quantize(model: ir.Model, request: QuantRequest, symmetric: bool) -> tuple[ir.Model, list[str]]:
+def _onnxruntime_quantize(model: ir.Model, request: QuantRequest, symmetric: bool, post: list[str]
+                          ) -> tuple[ir.Model, list[str]]:
     import onnx
     from onnxruntime.quantization import (
         CalibrationDataReader,
@@ -174,13 +192,13 @@ def _onnxruntime_quantize(model: ir.Model, request: QuantRequest, symmetric: boo
             quantize_static(str(src), str(dst), Sets(request.calibration), quant_format=QuantFormat.QDQ,
                             per_channel=True, weight_type=QuantType.QInt8,
                             activation_type=QuantType.QInt8 if symmetric else QuantType.QUInt8,
-                            nodes_to_exclude=excluded, reduce_range=reduce,
+                            nodes_to_exclude=excluded + post, reduce_range=reduce,
                             extra_options={"ActivationSymmetric": symmetric, "WeightSymmetric": True})
             what = ("int8 QDQ (onnxruntime quantize_static): weights per channel, activations "
                     f"{'symmetric int8' if symmetric else 'uint8'} with min/max ranges")
         else:
             quantize_dynamic(str(src), str(dst), per_channel=True, weight_type=QuantType.QInt8,
-                             nodes_to_exclude=excluded, reduce_range=reduce)
+                             nodes_to_exclude=excluded + post, reduce_range=reduce)
             what = "int8 weights per channel, activations quantized at run time (onnxruntime quantize_dynamic)"
         if reduce:
             what += f"; {SEVEN_BIT_NOTE}"

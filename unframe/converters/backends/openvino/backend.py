@@ -283,16 +283,24 @@ def _quantize(converted: Any, request: Any, ignored: list[str], notes: list[str]
 
 
 def _ignored(model: ir.Model, converted: Any, target: Target, notes: list[str]) -> list[str]:
-    """The OpenVINO ops of the ONNX nodes the quantize request keeps in float."""
+    """The OpenVINO ops of the ONNX nodes the quantize request keeps in float, and of the
+    post-processing (``passes.quantize.postprocess``) where activations are quantized."""
     from unframe.converters.backends.openvino.quantize import ov_names
+    from unframe.passes.quantize import postprocess
 
     request = target.get("quantize")
-    if request is None or not request.exclude:
+    if request is None:
         return []
-    names, missing = ov_names(model, converted, request.exclude)
+    post = postprocess.after_selection(model) if request.scheme.activations != "float" else []
+    if not request.exclude and not post:
+        return []
+    names, missing = ov_names(model, converted, [*request.exclude, *post])
+    missing = [n for n in missing if n in request.exclude]  # post-processing OpenVINO folded away is no loss
     if missing:
         notes.append(f"quantize: no OpenVINO op found for the ONNX node(s) {', '.join(missing)}: "
                      "they could not be kept in float")
+    if post:
+        notes.append(f"quantize: {postprocess.describe(post, model)}")
     return names
 
 

@@ -48,18 +48,22 @@ def ov_names(model: Any, converted: Any, exclude: Sequence[str]) -> tuple[list[s
     named = model.clone()
     name_nodes(named)  # the same rule the sensitivity pass addressed the nodes by
     wanted = set(exclude)
-    keys: dict[str, set[str]] = {}  # exclude name -> the names OpenVINO may have given its ops
+    keys: dict[str, set[str]] = {}  # a name OpenVINO may have given an op -> the exclude names it stands for
     for original, node in zip(model.graph, named.graph, strict=True):
         if node.name in wanted:
-            keys[node.name] = {n for n in (original.name, *(v.name for v in original.outputs)) if n}
+            for n in (original.name, *(v.name for v in original.outputs)):
+                if n:
+                    keys.setdefault(n, set()).add(node.name)
     found: list[str] = []
     matched: set[str] = set()
     for op in converted.get_ordered_ops():
         name = op.get_friendly_name()
-        for key, candidates in keys.items():
-            if any(name == c or name.startswith(c + "/") for c in candidates):
-                found.append(name)
-                matched.add(key)
+        # the op's own name, or a prefix of it up to a "/" (OpenVINO names a node's parts "node/part")
+        prefixes = [name] + [name[:i] for i, ch in enumerate(name) if ch == "/"]
+        hits = set().union(*(keys.get(p, set()) for p in prefixes))
+        if hits:
+            found.append(name)
+            matched |= hits
     return found, [n for n in exclude if n not in matched]
 
 
