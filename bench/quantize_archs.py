@@ -90,7 +90,82 @@ def settle_batch_norms(model: Any, samples: Any, framework: str, seed: int = 1) 
     return len(norms)
 
 
-def run_model(name: str, targets: list[str], scheme: str, settle: bool = False) -> dict[str, Any]:
+TRAINABLE = ("torchvision-classification", "timm-classification", "torchvision-segmentation")
+TRAIN_STEPS = 150
+CALIBRATION_SETS = 40  # as many as unframe draws without --calibration: 32 calibrate, 8 judge
+
+
+def digits_images(size: int, channels: int = 3) -> tuple[Any, Any, Any]:
+    """scikit-learn's digits (1797 8x8 images, 10 classes) upscaled to ``size`` x ``size``
+    (bilinear), in [0, 1] like the zoo's sample images, the same on every channel; and their labels
+    and per-pixel masks (0 background, else 1 + digit % 4 where the stroke is brighter than 0.35)."""
+    import numpy as np
+    import torch
+    from sklearn.datasets import load_digits
+
+    images, labels = load_digits(return_X_y=True)
+    small = torch.tensor((images / 16.0).astype(np.float32)).reshape(-1, 1, 8, 8)
+    big = torch.nn.functional.interpolate(small, size=(size, size), mode="bilinear", align_corners=False)
+    big = big.clamp(0, 1).repeat(1, channels, 1, 1)
+    label = torch.tensor(labels)
+    mask = torch.where(big[:, 0] > 0.35, 1 + (label % 4).view(-1, 1, 1), torch.zeros((), dtype=torch.long))
+    return big, label, mask
+
+
+def train_on_digits(model: Any, samples: Any, family: str, steps: int = TRAIN_STEPS, seed: int = 0
+                    ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Train the seeded model briefly on ``digits_images`` at its samples' size (``steps`` of Adam,
+    batches of 32 from the first 1400 digits, a little noise added; per-pixel masks for a
+    segmentation model's ``out``; then its batch norms' statistics measured on those 1400), as
+    users' models are trained; what it scores on the 397 it
+    never saw, and ``CALIBRATION_SETS`` calibration sets of the samples' batch drawn from those
+    unseen digits (the guard judges the last fifth)."""
+    import inspect
+
+    import torch
+
+    first = samples[0]
+    batch, channels, size = first.shape[0], first.shape[1], first.shape[-1]
+    images, labels, masks = digits_images(size, channels)
+    segmentation = family == "torchvision-segmentation"
+    gen = torch.Generator().manual_seed(seed)
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.is_floating_point()], lr=1e-3)
+    started = time.perf_counter()
+    model.train()
+    for _ in range(steps):
+        pick = torch.randint(0, 1400, (32,), generator=gen)
+        x = (images[pick] + 0.05 * torch.randn(images[pick].shape, generator=gen)).clamp(0, 1)
+        out = model(x)
+        logits = out["out"] if isinstance(out, dict) else out
+        loss = torch.nn.functional.cross_entropy(logits, masks[pick] if segmentation else labels[pick])
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    # the batch norms' statistics measured anew on the trained weights (the seeded build left them
+    # a cumulative average, which would mix in every step's weights)
+    norms = [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+    model.eval()
+    for m in norms:
+        m.reset_running_stats()
+        m.momentum = None
+        m.train()
+    with torch.no_grad():
+        for i in range(0, 1400, 100):
+            model(images[i:i + 100])
+    model.eval()
+    with torch.no_grad():
+        out = model(images[1400:])
+        logits = out["out"] if isinstance(out, dict) else out
+        truth = masks[1400:] if segmentation else labels[1400:]
+        accuracy = float((logits.argmax(1) == truth).float().mean())
+    arg = next(iter(inspect.signature(model.forward).parameters))
+    sets = [{arg: images[1400 + batch * i:1400 + batch * (i + 1)].numpy()} for i in range(CALIBRATION_SETS)]
+    return ({"steps": steps, "seconds": round(time.perf_counter() - started, 1), "loss": round(float(loss.detach()), 4),
+             "pixel accuracy" if segmentation else "accuracy": round(accuracy, 4)}, sets)
+
+
+def run_model(name: str, targets: list[str], scheme: str, settle: bool = False, trained: bool = False
+              ) -> dict[str, Any]:
     import unframe
     from unframe.api import PartialFailure
     from unframe.errors import UnframeError
@@ -102,13 +177,18 @@ def run_model(name: str, targets: list[str], scheme: str, settle: bool = False) 
     model, samples = archs.build_checked(name)
     if settle:
         record["settled_batch_norms"] = settle_batch_norms(model, samples, arch.framework)
+    calibration: dict[str, Any] = {}
+    if trained:
+        if arch.family not in TRAINABLE:
+            raise SystemExit(f"--trained covers {', '.join(TRAINABLE)}, not {arch.family}")
+        record["trained"], calibration["calibration"] = train_on_digits(model, samples, arch.family)
     folder = Path(tempfile.mkdtemp(prefix="quant-archs-"))
     started = time.perf_counter()
     try:
         # one target writes a file, several a folder of them
         output = folder if len(targets) > 1 else folder / f"model{SUFFIX.get(targets[0], '')}"
         multi = unframe.convert(model, to=targets if len(targets) > 1 else targets[0], sample_inputs=samples,
-                                quantize=scheme, locate=False, output=output, **arch.options)
+                                quantize=scheme, locate=False, output=output, **calibration, **arch.options)
         if len(targets) == 1:  # one result, as several give them
             multi = type("One", (), {"results": {targets[0]: multi}, "errors": {}})()
     except PartialFailure as exc:
@@ -139,10 +219,11 @@ def run_model(name: str, targets: list[str], scheme: str, settle: bool = False) 
     return record
 
 
-def run_child(name: str, targets: list[str], scheme: str, timeout: float, settle: bool = False) -> dict[str, Any]:
+def run_child(name: str, targets: list[str], scheme: str, timeout: float, settle: bool = False,
+              trained: bool = False) -> dict[str, Any]:
     return arch_bench.run_child(name, timeout, script=Path(__file__),
                                 extra=["--targets", ",".join(targets), "--scheme", scheme]
-                                + (["--settle-bn"] if settle else []))
+                                + (["--settle-bn"] if settle else []) + (["--trained"] if trained else []))
 
 
 def at_floor(entry: dict[str, Any]) -> bool:
@@ -216,14 +297,18 @@ def main() -> None:
     parser.add_argument("--report-only", action="store_true")
     parser.add_argument("--settle-bn", action="store_true",
                         help="measure each batch norm's statistics on drawn inputs first (settle_batch_norms)")
+    parser.add_argument("--trained", action="store_true",
+                        help=f"train each model {TRAIN_STEPS} steps on scikit-learn's digits first and calibrate "
+                             "on digits it never saw (train_on_digits; the torch classifiers and segmenters)")
     args = parser.parse_args()
     targets = args.targets.split(",")
     if args.worker:
-        print(json.dumps(run_model(args.worker, targets, args.scheme, args.settle_bn)))
+        print(json.dumps(run_model(args.worker, targets, args.scheme, args.settle_bn, args.trained)))
         return
     archs = arch_bench._archs()
     names = [n for n, a in archs.ARCHS.items() if is_vision(a, n) and not a.heavy
-             and (not args.only or n in args.only) and (not args.family or a.family in args.family)]
+             and (not args.only or n in args.only) and (not args.family or a.family in args.family)
+             and (not args.trained or a.family in TRAINABLE)]
     families = {n: archs.ARCHS[n].family for n in names}
     args.journal.parent.mkdir(parents=True, exist_ok=True)
     done = {} if not args.journal.is_file() else {
@@ -232,7 +317,7 @@ def main() -> None:
         for name in arch_bench.interleave(names, families):
             if name in done and not args.rerun:
                 continue
-            record = run_child(name, targets, args.scheme, args.timeout, args.settle_bn)
+            record = run_child(name, targets, args.scheme, args.timeout, args.settle_bn, args.trained)
             record.setdefault("family", families[name])
             done[name] = record
             with args.journal.open("a") as f:
@@ -244,7 +329,9 @@ def main() -> None:
     load = os.getloadavg()
     header = (f"Written {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on {platform.node()} "
               f"({os.cpu_count()} CPUs, load {load[0]:.1f}); --quantize {args.scheme}; {len(records)} models"
-              + ("; batch norms settled on drawn inputs first." if args.settle_bn else "."))
+              + ("; batch norms settled on drawn inputs first" if args.settle_bn else "")
+              + (f"; each model trained {TRAIN_STEPS} steps on scikit-learn's digits, calibrated on unseen digits"
+                 if args.trained else "") + ".")
     text = report(records, targets, header)
     if args.out:
         args.out.write_text(text)
