@@ -12,7 +12,9 @@ compared output by output, pooled over the sets:
 - ``det``: a detector's outputs (boxes [N, 4], scores, labels: ``validate.detections``) as
   detections: the score-weighted share found on both sides, matched by label and IoU, in place of
   top-1 and cosine, whose row-by-row view a change of order or count would fail;
-- ``cos``: the cosine similarity of every other float output, flattened over the sets;
+- ``cos``: the cosine similarity of every float output but a detector's, flattened over the sets;
+  a classifier-like output is judged by its cosine too, since the shape that makes it one
+  (``[N, k]``) is also an embedding's or a regression's, which argmax alone can't judge;
 - ``rel``: the largest error relative to the output's scale (reported, not judged: int8 moves
   single values more than it moves what the model decides);
 - for a decoder (``input_ids`` in, ``logits`` out): 32 greedy tokens from the first held-out
@@ -20,7 +22,8 @@ compared output by output, pooled over the sets:
   held-out sequences under each (its rise, ``ppl``), in place of top-1 and cosine.
 
 The guard passes when every classifier-like output's agreement reaches ``Thresholds.top1``, every
-detector's reaches ``Thresholds.det`` and every other float output's cosine ``Thresholds.cos``.
+detector's reaches ``Thresholds.det`` and every float output's cosine but a detector's
+``Thresholds.cos``.
 
 When an int8 artifact still fails, ``input_floor`` asks what the float model itself does with its
 inputs rounded to one int8 step of their range (what an int8 artifact's first quantize does to
