@@ -106,7 +106,7 @@ def test_excluded_nodes_stay_float_in_the_ir(tmp_path, trained, calibration) -> 
     from unframe.converters.backends.openvino.backend import OpenVINOBackend
     from unframe.converters.base import Target
     from unframe.passes.quantize import SCHEMES, QuantRequest
-    from unframe.passes.quantize.onnx_quant import name_nodes
+    from unframe.passes.quantize.naming import name_nodes
 
     src = tmp_path / "digits.onnx"
     unframe.convert(trained.model, to="onnx", sample_inputs=torch.tensor(trained.train[:8]), output=src)

@@ -6,7 +6,7 @@ vendor's quantizer works inside its own format) it is what was asked of that qua
 weighted layer of the float graph with the scheme, or float where the sensitivity pass kept it;
 the table's source says which of the two it is.
 
-Layer names are the ONNX node names of the float graph (``onnx_quant.name_nodes``), the names the
+Layer names are the ONNX node names of the float graph (``naming.name_nodes``), the names the
 sensitivity pass and ``QuantRequest.exclude`` use.
 """
 

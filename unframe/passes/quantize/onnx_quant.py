@@ -31,6 +31,7 @@ import numpy as np
 import onnx_ir as ir
 
 from unframe.cpu import saturates_int8
+from unframe.passes.quantize.naming import name_nodes
 from unframe.passes.quantize.schemes import QuantRequest
 
 SEVEN_BIT_NOTE = ("weights held to 7 bits (reduce_range): this CPU has no VNNI, and onnxruntime's int8 "
@@ -46,28 +47,6 @@ WEIGHTED: dict[str, tuple[int, Any]] = {
     "MatMul": (1, lambda node, r: (r - 1, r - 2)),
     "Gemm": (1, lambda node, r: (0, 1) if node.attributes.get_int("transB", 0) else (1, 0)),
 }
-
-
-def name_nodes(model: ir.Model) -> None:
-    """Every node gets a name (the quantizers and the sensitivity pass address nodes by it)."""
-    for node, name in zip(model.graph, node_names(model), strict=True):
-        node.name = name
-
-
-def node_names(model: ir.Model) -> list[str]:
-    """The name ``name_nodes`` gives each node, in graph order, the graph left as it is: its own,
-    else its op and place (``Conv_3``)."""
-    taken = {n.name for n in model.graph if n.name}
-    names = []
-    for i, node in enumerate(model.graph):
-        name = node.name
-        if not name:
-            name = f"{node.op_type}_{i}"
-            while name in taken:
-                name += "_"
-            taken.add(name)
-        names.append(name)
-    return names
 
 
 def quantize_onnx(model: ir.Model, request: QuantRequest, *, symmetric_activations: bool = False

@@ -10,13 +10,15 @@ selection stays float, whichever quantizer runs, except weighted layers (``Conv`
 ``Gemm``): a two-stage detector's box head after its proposals' NMS, or a mixture of experts
 after its router's ``TopK``, is where the multiply-adds are, and it is quantized as usual.
 
-Nodes are addressed by the names ``onnx_quant.name_nodes`` gives them (the names every quantizer
+Nodes are addressed by the names ``naming.name_nodes`` gives them (the names every quantizer
 and ``QuantRequest.exclude`` use).
 """
 
 from __future__ import annotations
 
 import onnx_ir as ir
+
+from unframe.passes.quantize.naming import node_names
 
 SELECTING = frozenset({"NonZero", "NonMaxSuppression", "TopK", "Compress", "Unique"})
 WEIGHTED_OPS = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm"})
@@ -25,8 +27,6 @@ WEIGHTED_OPS = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm"})
 def after_selection(model: ir.Model) -> list[str]:
     """The names of ``model``'s nodes that a data-dependent selection feeds, directly or through
     others (the selections included), weighted layers left out; in graph order."""
-    from unframe.passes.quantize.onnx_quant import node_names
-
     names = node_names(model)
     reached: set[int] = set()
     frontier = [node for node in model.graph if node.op_type in SELECTING]

@@ -16,7 +16,8 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import onnx_ir as ir
 
-from unframe.passes.quantize.onnx_quant import WEIGHTED, name_nodes, quantize_onnx
+from unframe.passes.quantize.naming import name_nodes
+from unframe.passes.quantize.onnx_quant import WEIGHTED, quantize_onnx
 from unframe.passes.quantize.schemes import QuantRequest
 
 

@@ -60,7 +60,7 @@ def mil_ops_of(program: Any, values: Mapping[str, str], model: Any, exclude: Seq
     """The names of the weighted MIL ops (conv, linear, matmul) of ``program`` computing the ONNX
     nodes ``exclude`` names (``model``: the ONNX ``ir.Model``; a node without a name addressed as
     ``name_nodes`` names it), and the names that matched no op."""
-    from unframe.passes.quantize.onnx_quant import name_nodes
+    from unframe.passes.quantize.naming import name_nodes
 
     named = model.clone()
     name_nodes(named)

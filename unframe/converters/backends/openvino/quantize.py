@@ -43,7 +43,7 @@ def ov_names(model: Any, converted: Any, exclude: Sequence[str]) -> tuple[list[s
     """The op names of ``converted`` (an ``openvino.Model`` from ``model``, an ``ir.Model``)
     that come from the ONNX nodes ``exclude`` names, and the names that matched no op. A node
     without a name is addressed as ``name_nodes`` names it (``Conv_3``: its place in the graph)."""
-    from unframe.passes.quantize.onnx_quant import name_nodes
+    from unframe.passes.quantize.naming import name_nodes
 
     named = model.clone()
     name_nodes(named)  # the same rule the sensitivity pass addressed the nodes by
