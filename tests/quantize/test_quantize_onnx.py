@@ -297,6 +297,63 @@ def test_a_tied_embedding_and_its_transposed_head_are_quantized_once() -> None:
         assert any("embedding table" in n for n in result.notes), result.notes
 
 
+def test_a_detector_level_left_without_candidates_runs_in_the_int8_graph(tmp_path) -> None:
+    """torchvision's RetinaNet clips its boxes as ``stack(...).reshape(boxes.shape)``; with the
+    shapes onnxruntime's quantizer inferred left in the int8 graph, onnxruntime's ReshapeFusion
+    made that ``Reshape(x, [0, -1])``, which fails on a level that kept no candidate (every seeded
+    RetinaNet input failed so). The int8 graph keeps only the float graph's shapes: it runs such
+    an input in a default onnxruntime session, as the float graph does. Control: with the
+    quantizer's shapes put back, the same session fails."""
+    import onnxruntime as ort
+
+    from unframe.passes.quantize import QuantRequest, scheme_of
+    from unframe.passes.quantize.onnx_quant import quantize_onnx
+
+    class TwoLevels(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            torch.manual_seed(0)
+            self.body = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(),
+                                            torch.nn.Conv2d(8, 8, 3, padding=1), torch.nn.ReLU())
+            self.box = torch.nn.Conv2d(8, 4, 1)
+
+        def forward(self, x):
+            f, score = self.body(x), x.mean(1, keepdim=True)  # a level keeps where its input is bright
+            kept = []
+            for level, s in ((f, score), (torch.nn.functional.max_pool2d(f, 2), torch.nn.functional.max_pool2d(score, 2))):
+                keep = s.flatten() > 0.5
+                k = self.box(level).permute(0, 2, 3, 1).reshape(-1, 4)[keep]
+                boxes = torch.stack((k[:, 0::4], k[:, 1::4], k[:, 2::4] + 1, k[:, 3::4] + 1), dim=2).flatten(1)
+                xs, ys = boxes[..., 0::2].clamp(0, 16), boxes[..., 1::2].clamp(0, 16)  # torchvision's clip_boxes_to_image
+                kept.append(torch.stack((xs, ys), dim=boxes.dim()).reshape(boxes.shape))
+            return torch.cat(kept)
+
+    path = tmp_path / "float.onnx"
+    x = torch.randn(1, 3, 16, 16)
+    torch.onnx.export(TwoLevels().eval(), (x,), str(path), dynamo=False, input_names=["x"])
+    float_graph = ir.load(path)
+    rng = np.random.default_rng(0)
+    sets = [{"x": rng.standard_normal((1, 3, 16, 16)).astype(np.float32)} for _ in range(8)]
+    quantized, _ = quantize_onnx(float_graph, QuantRequest(scheme_of("int8"), sets, "drawn", True, ()))
+    empty = {"x": np.zeros((1, 3, 16, 16), np.float32)}  # no candidate on either level
+
+    def run(model: ir.Model, feed: dict) -> np.ndarray:
+        data = ir.to_proto(model).SerializeToString()
+        return ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feed)[0]
+
+    assert run(float_graph, empty).shape == (0, 4)
+    assert run(quantized, empty).shape == (0, 4)
+    busy, busy_float = run(quantized, sets[0]), run(float_graph, sets[0])  # both levels keep candidates
+    assert busy.shape[1:] == (4,) and abs(len(busy) - len(busy_float)) <= 0.1 * len(busy_float) and len(busy_float)
+    assert sum(n.op_type == "QuantizeLinear" for n in quantized.graph) > 0
+    inferred = onnx.shape_inference.infer_shapes(ir.to_proto(quantized))  # the shapes a quantizer writes
+    from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
+
+    inferred = SymbolicShapeInference.infer_shapes(inferred, auto_merge=True)
+    with pytest.raises(Exception, match="reshape"):
+        ort.InferenceSession(inferred.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, empty)
+
+
 def test_a_trained_detector_is_judged_by_its_detections(tmp_path, detector) -> None:
     """A detector's boxes, scores and labels are judged as detections (matched by label and IoU,
     score-weighted), not as score rows; int8 keeps the digits it finds; a broken calibration

@@ -64,7 +64,28 @@ def quantize_onnx(model: ir.Model, request: QuantRequest, *, symmetric_activatio
     post = postprocess.after_selection(work)
     quantized, notes = (nncf_quantize(work, request, post) if request.quantizer == "nncf"
                         else _onnxruntime_quantize(work, request, symmetric_activations, post))
+    shapes_of_float_graph(quantized, work)
     return quantized, notes + [postprocess.describe(post, work)] * bool(post)
+
+
+def shapes_of_float_graph(quantized: ir.Model, float_model: ir.Model) -> None:
+    """The quantized graph's intermediate values keep the shapes the float graph gave them and no
+    others: the quantizers write the shapes their own inference found (symbolic dims such as
+    ``unk__559``), and with them onnxruntime's ReshapeFusion (optimization level basic and up)
+    proves two tensors' first dims equal and turns a ``Reshape(x, shape_of(y))`` into
+    ``Reshape(x, [0, -1])``, which fails on a tensor with no rows: torchvision's RetinaNet clips
+    its boxes that way, and every input that left an FPN level without candidates failed::
+
+        before: Reshape(stacked[K, 2, 2], Concat(Shape(boxes[K, 4])[0], Shape(boxes)[1]))
+        fused:  Reshape(stacked, [0, -1])   # K = 0: "cannot reshape {0,2,2} to {0,-1}"
+
+    The new values (the Q/DQ outputs) get none; graph inputs and outputs keep theirs."""
+    known = {v.name: (v.type, v.shape) for n in float_model.graph for v in n.outputs if v.name}
+    for node in quantized.graph:
+        for value in node.outputs:
+            if value.is_graph_output():
+                continue
+            value.type, value.shape = known.get(value.name, (None, None))
 
 
 NNCF_OPSET = 13  # NNCF quantizes per channel from opset 13 (per tensor below it)
