@@ -133,6 +133,32 @@ def test_classifier_rows_tied_within_one_int8_step_agree_others_do_not() -> None
     assert check.top1 == 0.75 and check.status == "failed"
 
 
+def test_one_flipped_row_fails_a_guard_of_16_rows_saying_so_and_passes_one_of_64() -> None:
+    """The same one-row disagreement is 6.2 points of 16 held-out rows, past the 98 % threshold
+    by itself (the failure says so, and what judges finer), and 1.6 points of 64: within it."""
+    rng = np.random.default_rng(3)
+
+    def rows(n: int) -> tuple[np.ndarray, np.ndarray]:
+        ref = rng.normal(size=(n, 10)).astype(np.float32)
+        ref[:, 2] = 5.0  # every row decided by a clear margin
+        got = ref.copy()
+        got[0, 7] = 9.0  # one row the quantized artifact answers otherwise
+        return ref, got
+
+    ref, got = rows(16)
+    few = _judge([{"scores": ref}], [{"scores": got}], cos=0.0)
+    assert few.status == "failed" and few.top1 == 15 / 16, few.summary()
+    assert "of 16 held-out row(s), 1 differ" in few.reason and "one row weighs 6.2 points" in few.reason, few.reason
+    ref, got = rows(64)
+    many = _judge([{"scores": ref[i:i + 16]} for i in range(0, 64, 16)],
+                  [{"scores": got[i:i + 16]} for i in range(0, 64, 16)], cos=0.0)
+    assert many.status == "passed" and many.top1 == 63 / 64, many.summary()
+    ref, got = rows(64)
+    got[1, 7] = got[2, 7] = 9.0  # three of 64: 95.3 %, a failure no single row explains
+    three = _judge([{"scores": got_i} for got_i in np.split(ref, 4)], [{"scores": g} for g in np.split(got, 4)], cos=0.0)
+    assert three.status == "failed" and "3 differ" in three.reason and "weighs" not in three.reason, three.reason
+
+
 def test_an_artifact_that_fails_on_a_held_out_set_fails_the_guard_saying_which() -> None:
     """A quantized detector whose graph can't run an input the float one runs (onnxruntime's
     Reshape of zero detections, seen on RetinaNet) is a failed guard, not an internal error."""
